@@ -1,0 +1,85 @@
+"""The staleness-adaptive trust region: per-token (or per-sequence) clip bounds from the staleness proxy d.
+
+Given the detached proxy d and the active mask (SPEC §1):
+
+    q      = quantile_level(|d| over the active entries of the gate scope)
+    gated  = active & (|d| > q) & (q > 0)
+    c      = max(K(|d|; q), c_min)            for gated entries, 1 otherwise
+    hi     = 1 + eps_high * c  if gated and d > 0, else 1 + eps_high
+    lo     = 1 - eps_low  * c  if gated and d < 0, else 1 - eps_low
+
+so [lo, hi] always lies inside [1 - eps_low, 1 + eps_high] and contains 1. Entries with c == 1 keep the
+nominal bounds bit for bit. :func:`adaptive_trust_region` is the public clip strategy: any clipped loss
+can take its ``lo`` / ``hi`` in place of its fixed interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .config import SATConfig
+from .kernels import contraction
+from .quantile import global_masked_quantile, masked_quantile
+
+
+@dataclass
+class TrustRegion:
+    """Bounds and diagnostics of one gate scope; tensors have the shape of the proxy d."""
+
+    lo: torch.Tensor
+    hi: torch.Tensor
+    c: torch.Tensor
+    gated: torch.Tensor
+    q: torch.Tensor
+
+    def diagnostics(self, d: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Gate rate, threshold, mean effective radii, min contraction and mean |d| over the active entries."""
+        m = mask.float()
+        n = m.sum()
+        denom = n.clamp_min(1.0)
+        ones = torch.ones((), dtype=self.c.dtype, device=self.c.device)
+        return {
+            "gate_rate": (self.gated.float() * m).sum() / denom,
+            "threshold_q": self.q.detach().float(),
+            "radius_low_mean": ((1.0 - self.lo) * m).sum() / denom,
+            "radius_high_mean": ((self.hi - 1.0) * m).sum() / denom,
+            "contraction_min": torch.where(mask.bool(), self.c, ones).min() if self.c.numel() else ones,
+            "abs_log_ratio_mean": (d.abs() * m).sum() / denom,
+        }
+
+
+def gate_threshold(
+    abs_d: torch.Tensor, mask: torch.Tensor, cfg: SATConfig, group: dist.ProcessGroup | None = None
+) -> torch.Tensor:
+    """The gate threshold q over the configured scope: the local micro-batch, or every rank of ``group``."""
+    if cfg.gate_scope == "global":
+        return global_masked_quantile(abs_d, mask, cfg.quantile, group=group, method=cfg.global_method)
+    return masked_quantile(abs_d, mask, cfg.quantile)
+
+
+def adaptive_trust_region(
+    d: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: SATConfig,
+    group: dist.ProcessGroup | None = None,
+    q: torch.Tensor | None = None,
+) -> TrustRegion:
+    """Per-entry bounds ``(lo, hi)`` for the proxy ``d`` (detached, finite); ``q`` overrides the threshold."""
+    d = d.detach().float()
+    mask = mask.bool()
+    abs_d = d.abs()
+    if q is None:
+        q = gate_threshold(abs_d, mask, cfg, group)
+    q = q.to(device=d.device, dtype=torch.float32)
+    gated = mask & (abs_d > q) & (q > 0)
+    q_safe = torch.where(q > 0, q, torch.ones_like(q))
+    k = contraction(torch.maximum(abs_d, q_safe), q_safe, cfg.kernel, cfg.exponent).clamp_min(cfg.c_min)
+    c = torch.where(gated, k, torch.ones_like(k))
+    contracted = gated & (c < 1)
+    hi_nom, lo_nom = 1.0 + cfg.eps_high, 1.0 - cfg.eps_low
+    hi = torch.where(contracted & (d > 0), 1.0 + cfg.eps_high * c, hi_nom).clamp(max=hi_nom)
+    lo = torch.where(contracted & (d < 0), 1.0 - cfg.eps_low * c, lo_nom).clamp(min=lo_nom)
+    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q)
