@@ -54,8 +54,11 @@ class TrustRegion:
 def gate_threshold(
     abs_d: torch.Tensor, mask: torch.Tensor, cfg: SATConfig, group: dist.ProcessGroup | None = None
 ) -> torch.Tensor:
-    """The gate threshold q over the configured scope: the local micro-batch, or every rank of ``group``."""
-    if cfg.gate_scope == "global":
+    """The gate threshold q over the configured scope: the local micro-batch, or every rank of ``group``.
+
+    Without an initialised process group the global scope is the local one (a world of one process).
+    """
+    if cfg.gate_scope == "global" and dist.is_available() and dist.is_initialized():
         return global_masked_quantile(abs_d, mask, cfg.quantile, group=group, method=cfg.global_method)
     return masked_quantile(abs_d, mask, cfg.quantile)
 
