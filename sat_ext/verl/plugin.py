@@ -1,0 +1,26 @@
+"""The ``verl.plugins`` entry point: registers ``sat`` and ``sat_gspo`` when verl is imported, loudly.
+
+verl catches plugin exceptions and logs them at DEBUG (invisible by default), so a failure here is first
+written to stderr with its traceback, then re-raised. ``sat-ext doctor`` checks the result.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+try:
+    from sat_ext.verl import config as _config  # noqa: F401  (imports sat_ext.verl.losses, which registers)
+    from sat_ext.verl.losses import LOSS_NAMES
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+    _missing = [n for n in LOSS_NAMES if n not in POLICY_LOSS_REGISTRY]
+    if _missing:
+        raise RuntimeError(f"sat_ext: losses {_missing} are not in verl's POLICY_LOSS_REGISTRY after import")
+except Exception:
+    sys.stderr.write(
+        "sat_ext: FAILED to register the SAT policy losses with verl (verl hides plugin errors at DEBUG).\n"
+        "Set VERL_USE_EXTERNAL_MODULES=sat_ext.verl.plugin to make verl raise, or run `sat-ext doctor`.\n"
+        + traceback.format_exc()
+    )
+    raise
