@@ -1,0 +1,207 @@
+"""The ``lag:`` block as one validated, framework-free dataclass, and the engine compatibility check.
+
+Errors name the key as the user wrote it (``lag.max_lag``) and the bad value, e.g.
+``lag.max_lag must be an integer >= 0, got -1``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+MODES = ("off", "bounded", "interval")
+OVER_BOUND = ("drop", "regenerate")
+DEFAULT_HIST_EDGES = (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32)
+
+
+class LagConfigError(ValueError):
+    """A lag setting is invalid or incompatible; ``key`` is the setting as the user spells it."""
+
+    def __init__(self, key: str, value: Any, reason: str):
+        self.key, self.value, self.reason = key, value, reason
+        super().__init__(f"{key} {reason}, got {value!r}")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class LagConfig:
+    """Lag control settings (SPEC §2); construction validates every field.
+
+    mode: "off" (tag and measure only), "bounded" (no consumed sample has lag > max_lag) or
+        "interval" (weights are synced every ``interval`` trainer steps; lags follow a fixed schedule).
+    max_lag: bounded mode's L, in weight syncs (the trainer syncs after every step in this mode).
+    interval: interval mode's k, trainer steps between weight syncs.
+    prefetch: interval mode: how many trainer steps ahead of the trainer the rollout generates
+        (0 = a batch is generated after the previous step, 1 = one-step-off, ...).
+    over_bound: bounded mode: what happens to a sample still over the bound when it would be consumed:
+        "drop" (discarded) or "regenerate" (its id is generated again with current weights).
+    batch_size: samples the trainer consumes per step.
+    max_outstanding: off mode's queue bound (samples in flight + ready); None = 2 * batch_size.
+    lease_s: seconds a producer's claim stays valid without renewal; an expired claim is handed out again.
+    hist_edges: left edges of the lag histogram bins (strictly increasing, from 0; the last bin is open).
+    """
+
+    mode: str = "off"
+    max_lag: int | None = None
+    interval: int | None = None
+    prefetch: int = 0
+    over_bound: str = "drop"
+    batch_size: int = 1
+    max_outstanding: int | None = None
+    lease_s: float = 60.0
+    hist_edges: tuple[int, ...] = field(default=DEFAULT_HIST_EDGES)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise LagConfigError("lag.mode", self.mode, f"must be one of {'|'.join(MODES)}")
+        if self.over_bound not in OVER_BOUND:
+            raise LagConfigError("lag.over_bound", self.over_bound, f"must be one of {'|'.join(OVER_BOUND)}")
+        if self.mode == "bounded":
+            if not _is_int(self.max_lag) or self.max_lag < 0:
+                raise LagConfigError("lag.max_lag", self.max_lag, "must be an integer >= 0 when lag.mode=bounded")
+        elif self.max_lag is not None:
+            raise LagConfigError("lag.max_lag", self.max_lag, f"applies only to lag.mode=bounded (mode is {self.mode!r})")
+        if self.mode == "interval":
+            if not _is_int(self.interval) or self.interval < 1:
+                raise LagConfigError("lag.interval", self.interval, "must be an integer >= 1 when lag.mode=interval")
+        elif self.interval is not None:
+            raise LagConfigError(
+                "lag.interval", self.interval, f"applies only to lag.mode=interval (mode is {self.mode!r})"
+            )
+        if not _is_int(self.prefetch) or self.prefetch < 0:
+            raise LagConfigError("lag.prefetch", self.prefetch, "must be an integer >= 0")
+        if self.prefetch and self.mode != "interval":
+            raise LagConfigError("lag.prefetch", self.prefetch, f"applies only to lag.mode=interval (mode is {self.mode!r})")
+        if not _is_int(self.batch_size) or self.batch_size < 1:
+            raise LagConfigError("lag.batch_size", self.batch_size, "must be an integer >= 1")
+        if self.max_outstanding is not None and (not _is_int(self.max_outstanding) or self.max_outstanding < 1):
+            raise LagConfigError("lag.max_outstanding", self.max_outstanding, "must be an integer >= 1 or null")
+        if (
+            isinstance(self.lease_s, bool)
+            or not isinstance(self.lease_s, (int, float))
+            or not math.isfinite(self.lease_s)
+            or self.lease_s <= 0
+        ):
+            raise LagConfigError("lag.lease_s", self.lease_s, "must be a finite number of seconds > 0")
+        edges = tuple(self.hist_edges) if isinstance(self.hist_edges, (list, tuple)) else None
+        if (
+            not edges
+            or not all(_is_int(e) for e in edges)
+            or edges[0] != 0
+            or any(b <= a for a, b in zip(edges, edges[1:]))
+        ):
+            raise LagConfigError(
+                "lag.hist_edges", self.hist_edges, "must be a non-empty, strictly increasing list of integers from 0"
+            )
+        object.__setattr__(self, "hist_edges", edges)
+
+    @property
+    def sync_every(self) -> int:
+        """Trainer steps between weight syncs: ``interval`` in interval mode, 1 otherwise."""
+        return self.interval if self.mode == "interval" else 1
+
+    @property
+    def outstanding_limit(self) -> int:
+        """Off mode's bound on samples in flight plus ready."""
+        return self.max_outstanding if self.max_outstanding is not None else 2 * self.batch_size
+
+    @classmethod
+    def from_dict(cls, block: Mapping[str, Any] | None) -> "LagConfig":
+        """Build from a user's ``lag:`` mapping; an unknown key raises naming it and the known keys."""
+        block = dict(block or {})
+        known = {f.name for f in fields(cls)}
+        for key in block:
+            if key not in known:
+                raise LagConfigError(f"lag.{key}", block[key], f"is not a lag setting (known: {', '.join(sorted(known))})")
+        if "hist_edges" in block and isinstance(block["hist_edges"], list):
+            block["hist_edges"] = tuple(block["hist_edges"])
+        return cls(**block)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (lists for tuples), round-trips through :meth:`from_dict`."""
+        out = asdict(self)
+        out["hist_edges"] = list(self.hist_edges)
+        return out
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What an engine will do, as an adapter reads it from the engine's own config.
+
+    engine: a name for messages (e.g. "verl separate_async").
+    partial_rollout: a sample in flight at a weight sync continues on the new weights (spans versions).
+    oversampling: the engine may generate more samples than a step consumes and serve the rest later.
+    reports_sample_versions: each sample carries the oldest version that generated it.
+    prefetch_steps: trainer steps the engine generates ahead of the trainer.
+    sync_every: trainer steps between weight broadcasts.
+    keys: the engine's own spelling of the settings above, used in messages (e.g.
+        {"sync_every": "trainer.v1.separate_async.parameter_sync_step"}).
+    """
+
+    engine: str
+    partial_rollout: bool
+    oversampling: bool
+    reports_sample_versions: bool
+    prefetch_steps: int
+    sync_every: int
+    keys: Mapping[str, str] = field(default_factory=dict)
+
+    def key(self, name: str) -> str:
+        """The engine's name for setting ``name``."""
+        return self.keys.get(name, f"{self.engine}:{name}")
+
+
+def check_compatible(cfg: LagConfig, engine: EngineSettings) -> None:
+    """Raise :class:`LagConfigError` if ``engine`` would break what ``cfg`` promises; return None if not."""
+    if cfg.mode == "off":
+        return
+    if cfg.mode == "bounded":
+        if engine.sync_every != 1:
+            raise LagConfigError(
+                engine.key("sync_every"),
+                engine.sync_every,
+                "must be 1 with lag.mode=bounded (lag is counted in weight syncs, one after every trainer step)",
+            )
+        if engine.prefetch_steps > cfg.max_lag:
+            raise LagConfigError(
+                engine.key("prefetch_steps"),
+                engine.prefetch_steps,
+                f"makes every sample's lag at least that large, over lag.max_lag={cfg.max_lag}; "
+                f"set it to at most {cfg.max_lag}",
+            )
+        if not engine.reports_sample_versions and (engine.partial_rollout or engine.oversampling):
+            what = "partial_rollout" if engine.partial_rollout else "oversampling"
+            raise LagConfigError(
+                engine.key(what),
+                True,
+                f"cannot be bounded by lag.mode=bounded on {engine.engine}: its samples carry no per-sample version",
+            )
+        return
+    # interval mode
+    if engine.sync_every != cfg.interval:
+        raise LagConfigError(
+            engine.key("sync_every"), engine.sync_every, f"must equal lag.interval={cfg.interval} with lag.mode=interval"
+        )
+    if engine.prefetch_steps != cfg.prefetch:
+        raise LagConfigError(
+            engine.key("prefetch_steps"),
+            engine.prefetch_steps,
+            f"must equal lag.prefetch={cfg.prefetch} with lag.mode=interval",
+        )
+    if engine.partial_rollout and cfg.prefetch > 0:
+        raise LagConfigError(
+            engine.key("partial_rollout"),
+            True,
+            "breaks lag.mode=interval with lag.prefetch > 0: a sample in flight at a sync would span versions "
+            "and leave the schedule",
+        )
+    if engine.oversampling:
+        raise LagConfigError(
+            engine.key("oversampling"),
+            True,
+            "breaks lag.mode=interval: leftover samples served at a later step leave the schedule",
+        )
