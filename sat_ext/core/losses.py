@@ -117,8 +117,13 @@ def _finish(
     mask: torch.Tensor,
     raw_log_ratio: torch.Tensor,
     bad: torch.Tensor | None,
+    kl_log_ratio: torch.Tensor,
 ) -> SATLossOutput:
-    """Zero the loss at non-finite entries and collect the diagnostics (constant key set)."""
+    """Zero the loss at non-finite entries and collect the diagnostics (constant key set).
+
+    ``kl_log_ratio`` is the log-ratio ``ppo_kl`` is reported on, as the matching verl loss does: clamped for
+    the token loss (verl's ``vanilla``), unclamped for SAT-GSPO (verl's ``gspo``).
+    """
     if bad is not None:
         loss_mat = torch.where(bad, torch.zeros_like(loss_mat), loss_mat)
     with torch.no_grad():
@@ -134,7 +139,7 @@ def _finish(
             empty_microbatch=(n_active == 0).float(),
             pg_clipfrac=_masked_mean(clipped, mask),
             pg_clipfrac_lower=_masked_mean(dual_clipped, mask),
-            ppo_kl=_masked_mean(-raw_log_ratio, mask),
+            ppo_kl=_masked_mean(-kl_log_ratio, mask),
         )
     return SATLossOutput(loss_mat=loss_mat, ratio=ratio, clipped=clipped, region=region, metrics=metrics)
 
@@ -165,7 +170,8 @@ def sat_token_loss(
         d = torch.clamp(lp.detach() - t["rollout_log_prob"], min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     region = adaptive_trust_region(d, mask, cfg, group)
     loss_mat, clipped, dual_clipped = _surrogate(ratio, adv, region.lo, region.hi, cfg.dual_clip)
-    return _finish(cfg, loss_mat, ratio, adv, clipped, dual_clipped, region, d, mask, mask, raw.detach(), bad)
+    return _finish(cfg, loss_mat, ratio, adv, clipped, dual_clipped, region, d, mask, mask, raw.detach(), bad,
+                   log_ratio.detach())
 
 
 def sat_gspo_loss(
@@ -208,4 +214,5 @@ def sat_gspo_loss(
         region = adaptive_trust_region(d, mask, cfg, group)
         lo, hi, d_mask = region.lo, region.hi, mask
     loss_mat, clipped, dual_clipped = _surrogate(ratio, adv, lo, hi, cfg.dual_clip)
-    return _finish(cfg, loss_mat, ratio, adv, clipped, dual_clipped, region, d, d_mask, mask, raw.detach(), bad)
+    return _finish(cfg, loss_mat, ratio, adv, clipped, dual_clipped, region, d, d_mask, mask, raw.detach(), bad,
+                   raw.detach())
