@@ -61,6 +61,23 @@ class SATPolicyLossConfig(PolicyLossConfig):
         return {f.name[4:]: getattr(self, f.name) for f in fields(self) if f.name.startswith("sat_")}
 
 
+_dataclass_init = SATPolicyLossConfig.__init__
+
+
+def _init_naming_unknown_keys(self: SATPolicyLossConfig, *args: Any, **kwargs: Any) -> None:
+    # The dataclass __init__ would raise a bare TypeError ("unexpected keyword argument 'sat_x'") that names
+    # neither the Hydra key nor the value; name both, as for a bad value.
+    known = {f.name for f in fields(type(self)) if f.init}
+    for name, value in kwargs.items():
+        if name not in known:
+            knobs = sorted(n for n in known if n.startswith("sat_"))
+            raise SATConfigError(f"{KEY_PREFIX}{name}", value, f"is not a setting of {TARGET} (SAT knobs: {knobs})")
+    _dataclass_init(self, *args, **kwargs)
+
+
+SATPolicyLossConfig.__init__ = _init_naming_unknown_keys  # type: ignore[method-assign]
+
+
 def sat_config_for(actor_config: Any, loss: str) -> SATConfig:
     """The SATConfig of one loss call: SAT's knobs from ``policy_loss`` plus verl's clip radii.
 
