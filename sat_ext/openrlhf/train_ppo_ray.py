@@ -1,0 +1,162 @@
+"""``python -m sat_ext.openrlhf.train_ppo_ray <openrlhf flags>``: OpenRLHF 0.11.2's ``train_ppo_ray`` with SAT.
+
+It runs OpenRLHF's own ``openrlhf.cli.train_ppo_ray`` module, unchanged, with ``runpy`` (so all of its
+parsing, validation and ``train()`` are upstream's), plus the launcher's extensions:
+
+1. before the module runs, each extension installs its class swaps (SAT: the policy actor class, which Ray
+   ships to the actor workers, see :mod:`sat_ext.openrlhf.actor`);
+2. when the module's parser parses, the extensions add their loss types to ``--actor.policy_loss_type``'s
+   choices and their flags (SAT: ``sat``, ``sat_gspo``, ``--sat.*``);
+3. when the module calls its ``train(args)``, each extension first checks the final arguments (the ones
+   the workers get) and refuses a bad configuration with a message naming the flag (exit status 2).
+
+Every other flag reaches OpenRLHF untouched; with a non-SAT loss and no ``--sat.*`` flag the run is plain
+OpenRLHF. The asynchronous lag modes (:mod:`sat_ext.lag`) are to join :data:`EXTENSIONS` the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import runpy
+import sys
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Callable, Sequence
+
+from .config import (SAT_LOSS_TYPES, SAT_OPTION_CHOICES, SAT_OPTION_DEFAULTS, SAT_OPTIONS, check_openrlhf_args,
+                     sat_options)
+
+OPENRLHF_CLI = "openrlhf.cli.train_ppo_ray"
+OPENRLHF_VERSION = "0.11.2"
+_LOSS_FLAG = "--actor.policy_loss_type"
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What one feature adds to OpenRLHF's CLI.
+
+    ``check_args`` gets OpenRLHF's final arguments and raises ValueError to refuse them; ``install`` runs
+    before OpenRLHF's CLI module does (swaps of classes that module or its Ray workers look up).
+    """
+
+    name: str
+    loss_types: tuple[str, ...]
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    check_args: Callable[[SimpleNamespace], None]
+    install: Callable[[], None]
+
+
+_SAT_HELP = {
+    "quantile": "gate level: tokens whose |log-ratio| exceeds this quantile of the scope are contracted",
+    "gate_scope": "quantile over the micro-batch (the paper's) or over the data-parallel group",
+    "global_method": "global scope: exact (two small all-reduces) or hist (one, q within 2^-7 relative)",
+    "kernel": "contraction factor c = K(|d|; q) of gated tokens",
+    "exponent": "exponent n of the kernel",
+    "c_min": "floor on c; 1 disables the contraction (SAT == PPO/GSPO)",
+    "gspo_gate_level": "sat_gspo: gate on the sequence log-ratio or on each token's",
+    "nonfinite": "NaN/Inf inputs at active tokens: mask (zero loss, counted) or raise",
+}
+
+
+def _add_sat_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "SAT (sat_ext)", "with --actor.policy_loss_type sat|sat_gspo; radii from --actor.eps_clip_low_high, "
+        "dual clip from --actor.dual_clip")
+    for name in SAT_OPTIONS:
+        default = SAT_OPTION_DEFAULTS[name]
+        group.add_argument(
+            f"--sat.{name}",
+            type=type(default),
+            choices=SAT_OPTION_CHOICES.get(name),
+            default=argparse.SUPPRESS,  # absent flags leave OpenRLHF's namespace without a `sat` entry
+            help=f"{_SAT_HELP[name]} (default {default})",
+        )
+
+
+def _check_sat_args(args: SimpleNamespace) -> None:
+    options = sat_options(args)
+    if args.actor.policy_loss_type not in SAT_LOSS_TYPES:
+        if options:
+            flags = " ".join(f"--sat.{name}" for name in options)
+            raise ValueError(f"{flags} set, but {_LOSS_FLAG} is {args.actor.policy_loss_type!r}, not a SAT loss "
+                             f"({', '.join(SAT_LOSS_TYPES)})")
+        return
+    check_openrlhf_args(args, options, key_of=lambda name: f"--sat.{name}")
+    print(f"[sat_ext] {_LOSS_FLAG} {args.actor.policy_loss_type}: ratio against vLLM's rollout log-probs; "
+          "OpenRLHF's IS correction (--algo.advantage.is_correction_mode/gating/threshold) is not applied")
+
+
+def _install_sat() -> None:
+    from .actor import install
+
+    install()
+
+
+SAT = Extension("sat", SAT_LOSS_TYPES, _add_sat_arguments, _check_sat_args, _install_sat)
+EXTENSIONS: tuple[Extension, ...] = (SAT,)
+
+
+def _extend_parser(parser: argparse.ArgumentParser, extensions: Sequence[Extension]) -> None:
+    loss_flag = parser._option_string_actions[_LOSS_FLAG]
+    if loss_flag.choices is not None:  # None with the registry patch: OpenRLHF then validates the name itself
+        loss_flag.choices = [*loss_flag.choices, *(t for ext in extensions for t in ext.loss_types)]
+    for ext in extensions:
+        ext.add_arguments(parser)
+
+
+def _wrap_train(parser: argparse.ArgumentParser, extensions: Sequence[Extension]) -> None:
+    """Put the extensions' checks in front of the ``train`` that OpenRLHF's ``__main__`` block calls next."""
+    main_globals = sys.modules["__main__"].__dict__
+    openrlhf_train = main_globals.get("train")
+    if not callable(openrlhf_train):
+        raise RuntimeError(f"{OPENRLHF_CLI} has no train() in its module namespace: not OpenRLHF {OPENRLHF_VERSION}")
+
+    def train(args):
+        for ext in extensions:
+            try:
+                ext.check_args(args)
+            except ValueError as e:
+                parser.exit(2, f"{parser.prog}: error: {e}\n")
+        return openrlhf_train(args)
+
+    main_globals["train"] = train
+
+
+def main(argv: Sequence[str] | None = None, extensions: Sequence[Extension] = EXTENSIONS) -> None:
+    """Run OpenRLHF's ``train_ppo_ray`` on ``argv`` (default: ``sys.argv[1:]``) with ``extensions``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    found = importlib.metadata.version("openrlhf")
+    if found != OPENRLHF_VERSION:
+        raise SystemExit(f"sat_ext.openrlhf supports openrlhf=={OPENRLHF_VERSION} (the PolicyLoss API, the actor "
+                         f"class and the CLI it adapts), found {found}")
+    for ext in extensions:
+        ext.install()
+
+    parse_args = argparse.ArgumentParser.parse_args
+    hooked = []
+
+    def parse_args_with_extensions(parser, args=None, namespace=None):
+        if _LOSS_FLAG not in parser._option_string_actions:  # some other parser
+            return parse_args(parser, args, namespace)
+        argparse.ArgumentParser.parse_args = parse_args
+        hooked.append(parser)
+        _extend_parser(parser, extensions)
+        parsed = parse_args(parser, args, namespace)
+        _wrap_train(parser, extensions)
+        return parsed
+
+    saved_argv = sys.argv
+    argparse.ArgumentParser.parse_args = parse_args_with_extensions
+    sys.argv = [OPENRLHF_CLI, *argv]
+    try:
+        runpy.run_module(OPENRLHF_CLI, run_name="__main__", alter_sys=True)
+    finally:
+        argparse.ArgumentParser.parse_args = parse_args
+        sys.argv = saved_argv
+    if not hooked:
+        raise RuntimeError(f"{OPENRLHF_CLI} never parsed its arguments: not OpenRLHF {OPENRLHF_VERSION}")
+
+
+if __name__ == "__main__":
+    main()
