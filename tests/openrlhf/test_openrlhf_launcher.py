@@ -1,0 +1,135 @@
+"""The launcher against OpenRLHF 0.11.2's real CLI parser, and the loss swap inside a real Ray actor process.
+
+Both run in one subprocess (_openrlhf_harness.py: why, and exactly what is real there), once per session.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sat_ext.core import METRIC_KEYS
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    out = tmp_path_factory.mktemp("openrlhf_harness") / "result.json"
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "_openrlhf_harness.py"), str(out)],
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def cli(harness):
+    return harness["cli"]
+
+
+@pytest.fixture(scope="module")
+def worker(harness):
+    return harness["ray"]
+
+
+def _trained(cli, case):
+    result = cli[case]
+    assert result["outcome"] == "train", result["stderr"][-2000:]
+    return result["args"]
+
+
+def _refused(cli, case):
+    result = cli[case]
+    assert (result["outcome"], result["code"]) == ("exit", 2), result
+    return result["stderr"].strip().splitlines()[-1]
+
+
+def test_openrlhf_alone_rejects_sat(cli):
+    assert "invalid choice: 'sat'" in _refused(cli, "vanilla_sat")
+
+
+def test_sat_and_sat_gspo_are_accepted_with_their_flags(cli):
+    sat = _trained(cli, "sat")
+    assert sat["actor"]["policy_loss_type"] == "sat"
+    assert sat["sat"] == {"quantile": 0.8, "kernel": "power", "gate_scope": "global", "c_min": 0.1}
+    gspo = _trained(cli, "sat_gspo")
+    assert gspo["actor"]["policy_loss_type"] == "sat_gspo"
+    assert gspo["actor"]["eps_clip_low_high"] == [3e-4, 4e-4]
+    assert gspo["sat"] == {"gspo_gate_level": "token"}
+    assert "ratio against vLLM's rollout log-probs" in cli["sat"]["stdout"]
+
+
+def test_every_other_flag_reaches_openrlhf_untouched(cli):
+    vanilla = _trained(cli, "vanilla_ppo")
+    assert _trained(cli, "ppo") == vanilla  # a non-SAT run through the launcher is plain OpenRLHF
+    sat = _trained(cli, "sat")
+    sat.pop("sat")
+    assert sat["actor"].pop("policy_loss_type") == "sat"
+    vanilla["actor"].pop("policy_loss_type")
+    assert sat == vanilla
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("bad_quantile", "error: --sat.quantile must be a number strictly between 0 and 1, got 1.5"),
+    ("bad_c_min", "error: --sat.c_min must be a number in [0, 1], got -0.5"),
+    ("bad_kernel", "error: argument --sat.kernel: invalid choice: 'gauss'"),
+    ("bad_float", "error: argument --sat.exponent: invalid float value: 'two'"),
+    ("bad_dual_clip", "error: --actor.dual_clip must be a finite number > 1 (or None to disable), got 0.5"),
+    ("bad_eps", "error: --actor.eps_clip_low_high must be < 1"),
+    ("unknown_sat_flag", "error: unrecognized arguments: --sat.qantile 0.8"),
+    ("sat_flag_without_sat", "error: --sat.quantile set, but --actor.policy_loss_type is 'gspo', not a SAT loss"),
+])
+def test_bad_values_are_refused_naming_flag_and_value(cli, case, expected):
+    assert expected in _refused(cli, case)
+
+
+def test_runs_without_rollout_log_probs_are_refused(cli):
+    msg = _refused(cli, "no_rollout_log_probs")
+    assert "needs vLLM's rollout log-probs" in msg and "--algo.advantage.is_correction_level token" in msg
+    assert "set --vllm.num_engines > 0 (got 0)" in _refused(cli, "no_vllm")
+
+
+def test_help_lists_the_sat_flags(cli):
+    assert (cli["help"]["outcome"], cli["help"]["code"]) == ("exit", 0)
+    assert "--sat.quantile" in cli["help"]["stdout"] and "{hill_shifted,hill,power,exp}" in cli["help"]["stdout"]
+
+
+def test_openrlhfs_train_would_start_the_sat_actor_class(cli):
+    assert cli["vanilla_ppo"]["actor_class"] == "PolicyModelActor"
+    assert {cli[c]["actor_class"] for c in ("ppo", "sat", "sat_gspo")} == {"SATPolicyModelActor"}
+
+
+def test_the_worker_runs_the_launchers_class_in_its_own_process(worker):
+    assert worker["pid"] != worker["driver_pid"]
+    assert worker["mro"][:3] == ["sat_ext.openrlhf.actor.SATPolicyModelActor"] * 2 + [
+        "openrlhf.trainer.ray.ppo_actor.PolicyModelActor"]
+
+
+def test_in_the_worker_ppo_keeps_openrlhfs_loss(worker):
+    assert worker["ppo"] == {"loss_class": "openrlhf.models.loss.PolicyLoss", "training_step_wrapped": False}
+
+
+def test_in_the_worker_the_trainers_loss_is_sat_with_the_flags(worker):
+    sat = worker["sat"]
+    assert sat["loss_class"] == "sat_ext.openrlhf.loss.SATPolicyLoss" and sat["training_step_wrapped"]
+    cfg = sat["sat_config"]
+    assert (cfg["eps_low"], cfg["eps_high"], cfg["dual_clip"]) == (0.2, 0.28, None)
+    assert (cfg["quantile"], cfg["kernel"], cfg["gate_scope"], cfg["c_min"]) == (0.8, "power", "global", 0.1)
+    assert sat["token_level_loss"] is True
+    gspo = worker["sat_gspo"]
+    assert (gspo["sat_config"]["eps_low"], gspo["sat_config"]["eps_high"]) == (3e-4, 4e-4)
+    assert gspo["sat_config"]["gspo_gate_level"] == "token" and gspo["token_level_loss"] is False
+    assert "needs the data-parallel group" in sat["dp_group_error"]
+
+
+@pytest.mark.parametrize("case", ["sat", "sat_gspo"])
+def test_training_step_uses_sat_and_reports_its_metrics(worker, case):
+    step = worker[case]
+    assert step["policy_loss"] == step["expected_loss"]
+    names = [f"sat_{k}" for k in METRIC_KEYS]
+    assert list(step["metrics"]) == names
+    assert step["weights"] == dict.fromkeys(names, "token")
+    assert step["metrics"]["sat_gate_rate"] > 0
+    assert {"policy_loss", "ppo_clip_ratio", "ppo_kl", "vllm_kl", "is_filter_ratio"} <= set(step["other_metrics"])
