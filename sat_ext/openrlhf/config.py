@@ -24,8 +24,8 @@ SAT_OPTION_DEFAULTS = {f.name: f.default for f in fields(SATConfig) if f.name in
 SAT_OPTION_CHOICES = {"gate_scope": GATE_SCOPES, "global_method": GLOBAL_METHODS, "kernel": KERNELS,
                       "gspo_gate_level": GSPO_GATE_LEVELS, "nonfinite": NONFINITE_POLICIES}
 
-_OPENRLHF_FLAGS = {"eps_low": "--actor.eps_clip_low_high", "eps_high": "--actor.eps_clip_low_high",
-                   "dual_clip": "--actor.dual_clip"}
+_OPENRLHF_FLAGS = {"eps_low": "--actor.eps_clip_low_high LOW (or --actor.eps_clip)",
+                   "eps_high": "--actor.eps_clip_low_high HIGH (or --actor.eps_clip)", "dual_clip": "--actor.dual_clip"}
 
 
 def sat_options(args: SimpleNamespace) -> dict[str, Any]:

@@ -23,7 +23,9 @@ import contextlib
 import io
 import json
 import os
+import re
 import runpy
+import shlex
 import sys
 import time
 from types import SimpleNamespace
@@ -75,6 +77,18 @@ CASES = {
     "no_vllm": ("launcher", BASE + ["--actor.policy_loss_type", "sat_gspo", "--vllm.num_engines", "0"]),
     "help": ("launcher", ["--help"]),
 }
+
+
+
+
+def _docs_example():
+    """The argv of the launcher command in docs/openrlhf.md."""
+    doc = open(os.path.join(HERE, "..", "..", "docs", "openrlhf.md")).read()
+    (command,) = re.findall(r"```bash\n(python -m sat_ext\.openrlhf\.train_ppo_ray .*?)```", doc, flags=re.S)
+    return shlex.split(command.replace("\\\n", " "))[3:]
+
+
+CASES["docs_example"] = ("launcher", _docs_example())
 
 
 class Stop(Exception):
@@ -148,6 +162,7 @@ def in_worker(self, runs):
     from openrlhf.models import Actor
     from openrlhf.trainer.ppo_utils.experience import Experience
     from openrlhf.trainer.ray import ppo_actor
+    from openrlhf.utils.loss_utils import get_loss_batch_info
 
     from sat_ext.openrlhf.loss import SATPolicyLoss
 
@@ -225,8 +240,6 @@ def in_worker(self, runs):
                 action_log_probs=logp + 0.01 * torch.randn(B, A, generator=g),
                 rollout_log_probs=(logp + 0.3 * torch.randn(B, A, generator=g)) * action_mask,
                 advantages=torch.randn(B, A, generator=g), info={})
-            from openrlhf.utils.loss_utils import get_loss_batch_info
-
             want = loss_fn(logp, experience.action_log_probs, experience.advantages, action_mask=action_mask,
                            rollout_log_probs=experience.rollout_log_probs,
                            **get_loss_batch_info(strategy, action_mask))[0]

@@ -61,6 +61,12 @@ def test_sat_and_sat_gspo_are_accepted_with_their_flags(cli):
     assert "ratio against vLLM's rollout log-probs" in cli["sat"]["stdout"]
 
 
+def test_the_docs_example_command_passes_openrlhfs_and_sats_checks(cli):
+    args = _trained(cli, "docs_example")
+    assert args["actor"]["policy_loss_type"] == "sat_gspo" and args["train"]["async_enable"]
+    assert args["sat"] == {"quantile": 0.9, "kernel": "hill_shifted", "gate_scope": "micro"}
+
+
 def test_every_other_flag_reaches_openrlhf_untouched(cli):
     vanilla = _trained(cli, "vanilla_ppo")
     assert _trained(cli, "ppo") == vanilla  # a non-SAT run through the launcher is plain OpenRLHF
@@ -77,7 +83,7 @@ def test_every_other_flag_reaches_openrlhf_untouched(cli):
     ("bad_kernel", "error: argument --sat.kernel: invalid choice: 'gauss'"),
     ("bad_float", "error: argument --sat.exponent: invalid float value: 'two'"),
     ("bad_dual_clip", "error: --actor.dual_clip must be a finite number > 1 (or None to disable), got 0.5"),
-    ("bad_eps", "error: --actor.eps_clip_low_high must be < 1"),
+    ("bad_eps", "error: --actor.eps_clip_low_high LOW (or --actor.eps_clip) must be < 1"),
     ("unknown_sat_flag", "error: unrecognized arguments: --sat.qantile 0.8"),
     ("sat_flag_without_sat", "error: --sat.quantile set, but --actor.policy_loss_type is 'gspo', not a SAT loss"),
 ])
