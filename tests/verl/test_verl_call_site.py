@@ -102,6 +102,19 @@ def test_ppo_loss_with_sat_on_engine_shaped_batch(loss_mode, agg):
     assert torch.equal(theta.grad, ref_theta.grad)
 
 
+def test_loss_mode_sat_without_target_runs_with_sat_defaults():
+    """Only loss_mode=sat (no _target_): verl builds its plain PolicyLossConfig, SAT runs with its defaults."""
+    from verl.workers.config import PolicyLossConfig
+
+    actor = actor_config("vanilla", extra=(f"{PL}loss_mode=sat",))
+    assert type(actor.policy_loss) is PolicyLossConfig and actor.policy_loss.loss_mode == "sat"
+    batch = make_padded_batch(bs=4, seed=3)
+    results, theta, _ = _run_ppo_loss(actor, batch, n_micro=1)
+    (_, loss, metrics), = results
+    loss.backward()
+    assert metrics["actor/sat/active"].values == [1.0] and torch.isfinite(theta.grad).all()
+
+
 def test_ppo_loss_without_global_batch_info_is_mean_aggregated():
     actor = actor_config("sat")
     batch = make_padded_batch(bs=4, seed=2)
