@@ -1,0 +1,158 @@
+"""The OpenRLHF example (examples/openrlhf_aime_qwen3_30b): its commands through the real OpenRLHF 0.11.2
+parser via sat_ext's launcher (in a subprocess, stopped where training would start), and its reward file."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "openrlhf_aime_qwen3_30b"
+HERE = Path(__file__).resolve().parent
+HARNESS = HERE / "_openrlhf_examples_harness.py"
+STUBS = REPO / "tests" / "openrlhf" / "_openrlhf_stubs.py"
+VARIANTS = ("sat", "sat_gspo", "gspo", "grpo")
+LAGS = (1, 8)
+
+
+def _command(variant: str, lag: int, *extra: str, **env: str) -> list[str]:
+    out = subprocess.run(["bash", str(EXAMPLE / "run.sh"), variant, str(lag), *extra], capture_output=True,
+                         text=True, check=True, env={**os.environ, "SAT_DRY_RUN": "1", **env})
+    return out.stdout.splitlines()
+
+
+def test_run_sh_command_shape(tmp_path):
+    data = tmp_path / "data" / "openrlhf"
+    data.mkdir(parents=True)
+    (data / "train.jsonl").write_text("{}\n" * 1000)
+    cmd = _command("sat_gspo", 8, "--sat.quantile", "0.8", SAT_DATA_DIR=str(tmp_path / "data"), PYTHON="py")
+    assert cmd[:3] == ["py", "-m", "sat_ext.openrlhf.train_ppo_ray"]
+    assert cmd[-2:] == ["--sat.quantile", "0.8"]  # user flags last: they win in argparse
+    # 544 optimizer steps x 256 prompts over a 1000-prompt set -> 140 episodes
+    assert cmd[cmd.index("--train.num_episodes") + 1] == "140"
+    for bad in (["nope"], ["sat", "3"]):
+        res = subprocess.run(["bash", str(EXAMPLE / "run.sh"), *bad], capture_output=True, text=True)
+        assert res.returncode == 2
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory):
+    pytest.importorskip("openrlhf")
+    if importlib.util.find_spec("sat_ext.openrlhf.train_ppo_ray") is None or not STUBS.exists():
+        pytest.skip("sat_ext.openrlhf's launcher or tests/openrlhf/_openrlhf_stubs.py is not in this tree yet")
+    tmp = tmp_path_factory.mktemp("openrlhf_examples")
+    cases = {f"{v}_lag{lag}": _command(v, lag)[3:] for v in VARIANTS for lag in LAGS}
+    cases["sat_quantile_override"] = _command("sat", 1, "--sat.quantile", "0.75")[3:]
+    cases["sat_without_rollout_logprobs"] = _command("sat", 1, "--algo.advantage.is_correction_level", "off")[3:]
+    (tmp / "in.json").write_text(json.dumps(cases))
+    proc = subprocess.run([sys.executable, str(HARNESS), str(tmp / "in.json"), str(tmp / "out.json")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((tmp / "out.json").read_text())
+
+
+def _args(parsed, case):
+    result = parsed[case]
+    assert result["outcome"] == "train", result["stderr"][-2000:]
+    return result["args"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("lag", LAGS)
+def test_example_flags_pass_openrlhfs_parser_and_sats_checks(parsed, variant, lag):
+    a = _args(parsed, f"{variant}_lag{lag}")
+    loss = {"sat": "sat", "sat_gspo": "sat_gspo", "gspo": "gspo", "grpo": "ppo"}[variant]
+    assert a["actor"]["policy_loss_type"] == loss
+    assert a["actor"]["eps_clip_low_high"] == ([3e-4, 4e-4] if "gspo" in variant else [0.2, 0.2])
+    assert a["actor"]["loss_agg_mode"] == ("seq-mean-token-mean" if "gspo" in variant else "token-mean")
+    assert a["actor"]["dual_clip"] == (None if "gspo" in variant else 3.0)
+    # rollout log-probs reach the loss (SAT's reference), vLLM engines exist, GRPO advantages, no KL / ref
+    assert a["algo"]["advantage"]["is_correction_level"] == "token" and a["vllm"]["num_engines"] == 8
+    assert a["algo"]["advantage"]["estimator"] == "group_norm" and a["algo"]["kl"]["init_coef"] == 0
+    # the paper's batch: 256 prompts x 16 samples per optimizer step; rollout batches of `lag` steps
+    r, t = a["rollout"], a["train"]
+    assert (r["n_samples_per_prompt"], t["batch_size"]) == (16, 4096)
+    assert r["batch_size"] * r["n_samples_per_prompt"] // t["batch_size"] == lag and t["max_epochs"] == 1
+    assert (r["temperature"], r["top_p"], r["max_new_tokens"]) == (0.95, 1.0, 32768)
+    assert a["data"]["max_len"] >= 32768 + 2048
+    # asynchronous, one batch in the queue; eval avg@8 every 5 optimizer steps (lag 1) / every broadcast (lag 8)
+    assert t["async_enable"] is True and t["async_queue_size"] == 1
+    assert (a["eval"]["n_samples_per_prompt"], a["eval"]["temperature"]) == (8, 0.95)
+    assert a["eval"]["steps"] * lag == (5 if lag == 1 else 8)
+    assert a["reward"]["remote_url"] == [str(EXAMPLE / "math_reward.py")]
+    assert (a["data"]["input_key"], a["data"]["label_key"], a["data"]["apply_chat_template"]) == ("prompt", "label", True)
+    if variant.startswith("sat"):
+        expected = {"quantile": 0.9, "gate_scope": "micro", "kernel": "hill_shifted", "exponent": 2.0,
+                    "c_min": 0.0, "nonfinite": "mask"}
+        if variant == "sat_gspo":
+            expected["gspo_gate_level"] = "sequence"
+        assert a["sat"] == expected
+    else:
+        assert "sat" not in a
+
+
+def test_sat_config_built_from_the_example_flags(parsed):
+    from sat_ext.core import SATConfig
+    from sat_ext.openrlhf.config import sat_config
+
+    a = _args(parsed, "sat_lag1")
+    cfg = sat_config(*a["actor"]["eps_clip_low_high"], a["actor"]["dual_clip"], a["sat"])
+    assert cfg == SATConfig(eps_low=0.2, eps_high=0.2, dual_clip=3.0, quantile=0.9)
+    assert _args(parsed, "sat_quantile_override")["sat"]["quantile"] == 0.75
+
+
+def test_the_launcher_refuses_the_example_without_rollout_logprobs(parsed):
+    result = parsed["sat_without_rollout_logprobs"]
+    assert (result["outcome"], result["code"]) == ("exit", 2)
+    assert "--algo.advantage.is_correction_level" in result["stderr"]
+
+
+# ----------------------------------------------------------------------------------------------- reward
+
+
+@pytest.fixture(scope="module")
+def reward():
+    spec = importlib.util.spec_from_file_location("math_reward", EXAMPLE / "math_reward.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # as OpenRLHF's SingleTurnAgentExecutor loads it
+    return module
+
+
+@pytest.mark.parametrize("response,label,ok", [
+    ("so the total is 210.\nAnswer: 210<|im_end|>", "210", True),
+    ("Answer: 7\n... wait, recheck.\nAnswer: 9<|endoftext|>", "9", True),
+    ("Answer: 7\n... wait, recheck.\nAnswer: 9", "7", False),
+    ("The answer is $\\boxed{1{,}000}$ hmm \\boxed{63}", "63", True),
+    ("Answer: $1,000$", "1000", True),
+    ("Answer: 45^\\circ", "45", True),
+    ("Answer: 0.50", "0.5", True),
+    ("Answer: \\frac{1}{2}", "\\frac{1}{2}", True),
+    ("no final answer here", "4", False),
+    ("x" * 5000 + "Answer: 4", "4", True),
+    ("Answer: 4" + "x" * 5000, "4", False),  # beyond the last 300 characters, as math_dapo
+])
+def test_reward_cases(reward, response, label, ok):
+    prompt = "<|im_start|>user\nSolve ...<|im_end|>\n<|im_start|>assistant\n"
+    out = reward.reward_func([prompt + response], [prompt], [label])
+    assert out == {"rewards": float(ok), "scores": float(ok), "extra_logs": {"acc": float(ok)}}
+
+
+def test_reward_agrees_with_verls_math_dapo(reward):
+    """Same verdict as verl's math_dapo (the verl example's scorer) on canonical answers; the README names
+    the two lenient differences (a trailing period, numerically equal decimals)."""
+    verl_score = pytest.importorskip("verl.utils.reward_score.math_dapo")
+    labels = ["4", "63", "9", "55", "1000", "45", "63"]
+    responses = ["Answer: 4", "x\nAnswer: 63", "Answer: 8", "\\boxed{55}", "Answer: $1,000$", "Answer: 45^\\circ",
+                 "no answer"]
+    batch = reward.reward_func(responses, [""] * len(labels), labels)
+    assert batch["rewards"] == [1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
+    for response, label, r in zip(responses, labels, batch["rewards"]):
+        assert verl_score.compute_score(response, label)["acc"] == bool(r), response
+    for response, label in [("Answer: 210.", "210"), ("Answer: 0.50", "0.5")]:
+        assert reward.is_correct(response, label) and not verl_score.compute_score(response, label)["acc"]
