@@ -166,3 +166,22 @@ def test_bad_knob_fails_at_config_build_naming_key_and_value(config_name, key, v
     msg = str(info.value)
     assert f"{PL}{key}" in msg, msg
     assert f"got {shown}" in msg, msg
+
+
+def test_documented_command_composes():
+    """The command in docs/verl.md composes with verl's packaged config and builds a SAT ActorConfig."""
+    import pathlib
+    import re
+    import shlex
+
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "verl.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", doc, flags=re.S) if "verl.trainer.main_ppo" in b)
+    tokens = shlex.split(block.replace("\\\n", " "), comments=True)
+    config_name = next(t.split("=", 1)[1] for t in tokens if t.startswith("--config-name="))
+    overrides = [t for t in tokens if "=" in t and not t.startswith("-")]
+    assert any("policy_loss._target_=" in t for t in overrides) and len(overrides) >= 8
+    cfg = compose_uncached(overrides + ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"], config_name)
+    actor = build_actor_config(cfg.actor_rollout_ref.actor)
+    assert isinstance(actor.policy_loss, SATPolicyLossConfig) and actor.policy_loss.loss_mode == "sat"
+    assert cfg.algorithm.rollout_correction.bypass_mode is True
+    assert get_policy_loss_fn(actor.policy_loss.loss_mode).__module__ == "sat_ext.verl.losses"
