@@ -4,9 +4,13 @@ Definition (torch.quantile's "linear"): with the n selected values sorted, x_(0)
 ``pos = level * (n - 1)``, ``q = lerp(x_(floor pos), x_(floor pos + 1), pos - floor pos)``; an empty
 selection gives q = 0 (SAT then gates nothing).
 
-The group versions find order statistics by radix selection on the float32 bit pattern, which is monotone
+Both versions find order statistics by radix selection on the float32 bit pattern, which is monotone
 in the value for non-negative floats: the high 16 bits pick a bin, the low 16 bits the value in it.
+Unselected entries are counted in a sentinel bin instead of being copied out (no boolean-indexed copy).
 
+* :func:`masked_quantile` (one process): one histogram of the high 16 bits, then an exact selection among the
+  few elements of the bin that holds each order statistic; equal, bit for bit, to ``torch.kthvalue`` on
+  ``values[mask]``.
 * ``method="exact"``: two all-reduces of at most 2 x 65,536 int64 counts; the result equals, bit for bit,
   :func:`masked_quantile` on the concatenation of every rank's selected values.
 * ``method="hist"``: one all-reduce of 32,768 counts; every value is replaced by the upper edge of its
@@ -22,6 +26,7 @@ import torch.distributed as dist
 
 _HI_BINS = 1 << 15  # non-negative float32: the sign bit is 0, so the high 16 bits are < 2^15
 _LO_BINS = 1 << 16
+_SENTINEL = _HI_BINS  # the bin unselected entries are counted in (then dropped)
 
 
 def _order_positions(n: int, level: float) -> tuple[int, int, float]:
@@ -34,8 +39,13 @@ def _lerp(xf: torch.Tensor, xc: torch.Tensor, frac: float) -> torch.Tensor:
     return torch.lerp(xf, xc, frac)
 
 
-def masked_quantile(values: torch.Tensor, mask: torch.Tensor, level: float) -> torch.Tensor:
-    """The ``level`` quantile of ``values[mask]`` as a 0-d float32 tensor (0 when nothing is selected)."""
+def _hi_bins(v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """High 16 bits of the flat float32 ``v`` where ``m`` (int32), ``_SENTINEL`` elsewhere."""
+    return torch.where(m, v.view(torch.int32) >> 16, _SENTINEL)
+
+
+def _masked_quantile_select(values: torch.Tensor, mask: torch.Tensor, level: float) -> torch.Tensor:
+    """Reference form: ``torch.kthvalue`` on the boolean-indexed selection (any finite values)."""
     x = values.detach().float()[mask.bool()]
     n = x.numel()
     if n == 0:
@@ -46,13 +56,39 @@ def masked_quantile(values: torch.Tensor, mask: torch.Tensor, level: float) -> t
     return _lerp(xf, xc, frac)
 
 
-def _bits(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return values.detach().float()[mask.bool()].contiguous().view(torch.int32).long()
+def masked_quantile(values: torch.Tensor, mask: torch.Tensor, level: float) -> torch.Tensor:
+    """The ``level`` quantile of ``values[mask]`` as a 0-d float32 tensor (0 when nothing is selected).
+
+    The same order statistics as ``torch.kthvalue`` on ``values[mask]``, found by radix selection (a selected
+    value with the sign bit set, outside the non-negative contract, takes the kthvalue path).
+    """
+    v = values.detach().float().reshape(-1)
+    hi = _hi_bins(v, mask.bool().reshape(-1))
+    try:
+        hist = torch.bincount(hi, minlength=_SENTINEL + 1)
+    except RuntimeError:  # a negative bin: a selected value with the sign bit set
+        return _masked_quantile_select(values, mask, level)
+    n = hi.numel() - int(hist[_SENTINEL])
+    if n == 0:
+        return torch.zeros((), dtype=torch.float32, device=values.device)
+    kf, kc, frac = _order_positions(n, level)
+    cum = torch.cumsum(hist[:_SENTINEL], 0)
+    (bf, rf), (bc, rc) = _bin_of_rank(cum, kf, cumulative=True), _bin_of_rank(cum, kc, cumulative=True)
+    in_bf = torch.masked_select(v, hi == bf)
+    xf = torch.kthvalue(in_bf, rf + 1).values
+    if kc == kf:
+        xc = xf
+    elif bc == bf:
+        xc = torch.kthvalue(in_bf, rc + 1).values
+    else:  # kc is the first element of the next non-empty bin
+        xc = torch.masked_select(v, hi == bc).min()
+    return _lerp(xf, xc, frac)
 
 
-def _bin_of_rank(hist: torch.Tensor, rank: int) -> tuple[int, int]:
-    """(bin index, rank inside that bin) of the element of global ``rank`` (0-based) in a histogram."""
-    cum = torch.cumsum(hist, 0)
+def _bin_of_rank(hist: torch.Tensor, rank: int, cumulative: bool = False) -> tuple[int, int]:
+    """(bin index, rank inside that bin) of the element of global ``rank`` (0-based) in a histogram
+    (``hist`` is already the cumulative sum when ``cumulative``)."""
+    cum = hist if cumulative else torch.cumsum(hist, 0)
     b = int(torch.searchsorted(cum, torch.tensor(rank, dtype=cum.dtype, device=cum.device), right=True))
     below = int(cum[b - 1]) if b > 0 else 0
     return b, rank - below
@@ -73,9 +109,9 @@ def global_masked_quantile(
 
     Every rank of the group must call this, also with an empty selection (an all-padding micro-batch).
     """
-    bits = _bits(values, mask)
-    hi = bits >> 16
-    hist = torch.bincount(hi, minlength=_HI_BINS)
+    v = values.detach().float().reshape(-1)
+    hi = _hi_bins(v, mask.bool().reshape(-1))
+    hist = torch.bincount(hi, minlength=_SENTINEL + 1)[:_HI_BINS]
     dist.all_reduce(hist, group=group)
     n = int(hist.sum())
     if n == 0:
@@ -88,10 +124,10 @@ def global_masked_quantile(
         return _lerp(xf, xc, frac)
     if method != "exact":
         raise ValueError(f"unknown global quantile method {method!r}")
-    lo = bits & 0xFFFF
-    lo_hist = torch.stack(
-        [torch.bincount(lo[hi == bf], minlength=_LO_BINS), torch.bincount(lo[hi == bc], minlength=_LO_BINS)]
-    )
+    bits = v.view(torch.int32)
+    lo_f = torch.bincount(torch.masked_select(bits, hi == bf) & 0xFFFF, minlength=_LO_BINS)
+    lo_c = lo_f if bc == bf else torch.bincount(torch.masked_select(bits, hi == bc) & 0xFFFF, minlength=_LO_BINS)
+    lo_hist = torch.stack([lo_f, lo_c])
     dist.all_reduce(lo_hist, group=group)
     lf, _ = _bin_of_rank(lo_hist[0], rf)
     lc, _ = _bin_of_rank(lo_hist[1], rc)
