@@ -1,0 +1,115 @@
+"""Before/after timing of a core edit: the working tree's ``sat_ext.core`` against the core of a git revision.
+
+Both cores run in one process on the same tensors, interleaved (A B B A ...), forward and forward+backward of
+``sat_token_loss`` / ``sat_gspo_loss`` followed by a token-mean aggregation, and of the two quantiles on their
+own; the table reports medians and the new/old ratio. The equality of the outputs is checked separately by
+``check_equivalence.py`` (bit for bit).
+
+    python benchmarks/ab_core.py --ref <rev> --sizes 1M,4M [--stem ab_core_<name>]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+from check_equivalence import load_ref_core  # noqa: E402
+
+
+def inputs(n: int, seq_len: int = 4096, seed: int = 0):
+    b = max(1, n // seq_len)
+    g = torch.Generator().manual_seed(seed)
+    old = -(torch.rand(b, seq_len, generator=g) * 3.0 + 0.05)
+    lp = old + 0.1 * torch.randn(b, seq_len, generator=g)
+    lens = torch.randint(seq_len // 4, seq_len + 1, (b, 1), generator=g)
+    mask = torch.arange(seq_len).unsqueeze(0) < lens
+    adv = (torch.randn(b, 1, generator=g).expand(b, seq_len) * mask).contiguous()
+    return old, lp, adv, mask
+
+
+def job(core, what: str, scope: str, x, backward: bool):
+    old, lp0, adv, mask = x
+    n_tok = float(mask.sum())
+    if what in ("sat", "sat_gspo"):
+        cfg = core.SATConfig(gate_scope=scope, dual_clip=3.0 if what == "sat" else None,
+                             **({} if what == "sat" else {"eps_low": 3e-4, "eps_high": 4e-4}))
+        fn = core.sat_token_loss if what == "sat" else core.sat_gspo_loss
+        lp = lp0.clone().requires_grad_(backward)
+
+        def run():
+            out = fn(lp, old, adv, mask, cfg)
+            torch.stack([out.metrics[k].float() for k in core.METRIC_KEYS]).tolist()
+            loss = (out.loss_mat * mask).sum() / n_tok
+            if backward:
+                loss.backward()
+        return run
+    absd = (lp0 - old).abs()
+    if what == "quantile":
+        return lambda: core.masked_quantile(absd, mask, 0.9)
+    if what.startswith("global_"):
+        return lambda: core.global_masked_quantile(absd, mask, 0.9, method=what[7:])
+    raise ValueError(what)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ref", required=True)
+    ap.add_argument("--sizes", default="1M,4M")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--jobs", default="sat:micro,sat:global,sat_gspo:micro,quantile:-,global_exact:-")
+    ap.add_argument("--stem", default=None, help="write results/<stem>.csv/.md (default: print only)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    ref = load_ref_core(args.ref)
+    import sat_ext.core as new
+
+    fd, path = tempfile.mkstemp(prefix="sat_ab_pg_")
+    os.close(fd)
+    os.unlink(path)
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+    jobs = [tuple(j.split(":")) for j in args.jobs.split(",")]
+    rows = []
+    for n in [C.parse_size(s) for s in args.sizes.split(",")]:
+        x = inputs(n)
+        for what, scope in jobs:
+            modes = (False, True) if what.startswith("sat") else (False,)
+            for backward in modes:
+                ts = {"old": [], "new": []}
+                for rep in range(args.reps + 1):
+                    for tag in (("old", "new") if rep % 2 == 0 else ("new", "old")):
+                        core = ref if tag == "old" else new
+                        t = C.timed(job(core, what, scope, x, backward), torch.device("cpu"))
+                        if rep:  # repetition 0 is the warm-up
+                            ts[tag].append(t)
+                mo, mn = C.median(ts["old"]), C.median(ts["new"])
+                row = {"tokens": n, "job": what, "scope": scope, "mode": "fwd+bwd" if backward else "fwd",
+                       "old_ms": mo * 1e3, "new_ms": mn * 1e3, "new_over_old": mn / mo,
+                       "paired_ratio_median": C.median([b / a for a, b in zip(ts["old"], ts["new"])]),
+                       "old_min_ms": min(ts["old"]) * 1e3, "new_min_ms": min(ts["new"]) * 1e3,
+                       "min_ratio": min(ts["new"]) / min(ts["old"])}
+                rows.append(row)
+                print(f"{C.fmt_size(n):>4} {what:13s} {scope:6s} {row['mode']:8s} old {mo * 1e3:9.2f} ms  "
+                      f"new {mn * 1e3:9.2f} ms  x{mn / mo:.3f}  (min x{row['min_ratio']:.3f})", flush=True)
+    dist.destroy_process_group()
+    if args.stem:
+        env = C.environment(torch.device("cpu"), ref=args.ref)
+        C.write_csv(C.RESULTS / f"{args.stem}.csv", rows, env)
+        head = ["tokens", "job", "scope", "mode", "old ms", "new ms", "new/old", "paired", "min new/min old"]
+        body = [[C.fmt_size(r["tokens"]), r["job"], r["scope"], r["mode"], f"{r['old_ms']:.2f}",
+                 f"{r['new_ms']:.2f}", f"{r['new_over_old']:.3f}", f"{r['paired_ratio_median']:.3f}",
+                 f"{r['min_ratio']:.3f}"] for r in rows]
+        C.write_md(C.RESULTS / f"{args.stem}.md", f"ab_core: working tree vs {args.ref}", env,
+                   [("Medians (interleaved, same process)", C.md_table(head, body))])
+
+
+if __name__ == "__main__":
+    main()

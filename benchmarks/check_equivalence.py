@@ -1,0 +1,196 @@
+"""Bit-for-bit check of the working tree's ``sat_ext.core`` against the core of a git revision.
+
+Performance edits of the core must not change behaviour. This loads ``sat_ext/core`` from ``--ref`` (default
+HEAD) into a throw-away package and compares, bit for bit (float tensors by their bit patterns, so -0.0 vs
+0.0 and NaN payloads count), every output of the token and GSPO losses (loss matrix, gradient of a weighted
+sum with respect to the log-probs, ratio, clip masks, trust region lo/hi/c/gated/q, every metric) and of the
+quantile functions, over a seeded sample of configurations and inputs: random and adversarial (ties, zeros,
+empty and single-token masks, |log-ratio| beyond the 20 clamp, NaN/Inf at padding and at active tokens),
+every kernel, c_min, quantile level, dual clip on/off, gate scope micro/global (a 1-rank gloo group) with
+both global methods, proxy old/rollout, GSPO gate level and ratio form.
+
+    python benchmarks/check_equivalence.py                 # working tree vs HEAD
+    python benchmarks/check_equivalence.py --ref 19949d9   # vs an older core
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_ref_core(ref: str):
+    tmp = Path(tempfile.mkdtemp(prefix="sat_ref_core_"))
+    pkg = tmp / "sat_ref" / "core"
+    pkg.mkdir(parents=True)
+    (tmp / "sat_ref" / "__init__.py").write_text("")
+    names = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{ref}:sat_ext/core"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    for name in names:
+        if name.endswith(".py"):
+            src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:sat_ext/core/{name}"],
+                                 capture_output=True, text=True, check=True).stdout
+            (pkg / name).write_text(src)
+    sys.path.insert(0, str(tmp))
+    return importlib.import_module("sat_ref.core")
+
+
+def bits_equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.dtype.is_floating_point:
+            ib = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+            return torch.equal(a.contiguous().view(ib), b.contiguous().view(ib))
+        return torch.equal(a, b)
+    return a == b
+
+
+def make_inputs(rng: random.Random, kind: str):
+    g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+    b, t = rng.choice([(1, 1), (1, 5), (3, 7), (8, 64), (4, 513), (16, 4096)])
+    scale = rng.choice([0.0, 1e-3, 0.05, 0.3, 3.0, 30.0])
+    old = -(torch.rand(b, t, generator=g) * 3 + 0.05)
+    d = torch.randn(b, t, generator=g) * scale
+    if kind == "ties":
+        d = torch.round(d * 4) / 4
+    lp = old + d
+    adv = torch.randn(b, t, generator=g)
+    if rng.random() < 0.5:
+        adv = adv[:, :1].expand(b, t).contiguous()
+    lens = torch.randint(0, t + 1, (b, 1), generator=g)
+    mask = torch.arange(t).unsqueeze(0) < lens
+    if kind == "empty":
+        mask = torch.zeros(b, t, dtype=torch.bool)
+    elif kind == "full":
+        mask = torch.ones(b, t, dtype=torch.bool)
+    elif kind == "single":
+        mask = torch.zeros(b, t, dtype=torch.bool)
+        mask[rng.randrange(b), rng.randrange(t)] = True
+    rollout = old + torch.randn(b, t, generator=g) * 0.05
+    if kind in ("nan_pad", "nan_active"):
+        pick = ~mask if kind == "nan_pad" else mask
+        idx = pick.nonzero()
+        if len(idx):
+            for _ in range(min(3, len(idx))):
+                i, j = idx[rng.randrange(len(idx))].tolist()
+                which = rng.choice([lp, old, adv, rollout])
+                which[i, j] = rng.choice([float("nan"), float("inf"), -float("inf")])
+    return old, lp, adv, mask, rollout
+
+
+def random_cfg(rng: random.Random, core, global_ok: bool):
+    scope = rng.choice(["micro", "global"]) if global_ok else "micro"
+    return core.SATConfig(
+        eps_low=rng.choice([0.2, 0.1, 3e-4]), eps_high=rng.choice([0.2, 0.28, 4e-4]),
+        dual_clip=rng.choice([None, 3.0]), quantile=rng.choice([0.5, 0.9, 0.9, 0.999, 0.01]),
+        gate_scope=scope, global_method=rng.choice(["exact", "hist"]),
+        kernel=rng.choice(list(core.config.KERNELS)), exponent=rng.choice([2.0, 2.0, 1.0, 3.5]),
+        c_min=rng.choice([0.0, 0.0, 0.3, 1.0]), proxy=rng.choice(["old", "old", "rollout"]),
+        gspo_gate_level=rng.choice(["sequence", "token"]), nonfinite=rng.choice(["mask", "mask", "raise"]),
+    )
+
+
+def run_loss(core, which: str, cfg_dict: dict, inputs, ratio_form: str, w: torch.Tensor):
+    cfg = core.SATConfig(**cfg_dict)
+    old, lp, adv, mask, rollout = (x.clone() for x in inputs)
+    lp = lp.requires_grad_(True)
+    try:
+        if which == "token":
+            out = core.sat_token_loss(lp, old, adv, mask, cfg, rollout_log_prob=rollout)
+        else:
+            out = core.sat_gspo_loss(lp, old, adv, mask, cfg, rollout_log_prob=rollout, ratio_form=ratio_form)
+    except ValueError as e:
+        return ("raised", str(e))
+    (out.loss_mat * w).sum().backward()
+    r = out.region
+    return {"loss_mat": out.loss_mat.detach(), "grad": lp.grad, "ratio": out.ratio.detach(), "clipped": out.clipped,
+            "lo": r.lo, "hi": r.hi, "c": r.c, "gated": r.gated, "q": r.q,
+            **{f"m:{k}": v for k, v in out.metrics.items()}}
+
+
+def compare(a, b) -> list[str]:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return [] if a == b else [f"exception differs: {a} vs {b}"]
+    bad = [k for k in a if k not in b or not bits_equal(a[k], b[k])]
+    bad += [k for k in b if k not in a]
+    return bad
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ref", default="HEAD")
+    ap.add_argument("--cases", type=int, default=600)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    ref = load_ref_core(args.ref)
+    import sat_ext.core as new
+
+    fd, path = tempfile.mkstemp(prefix="sat_eq_pg_")
+    os.close(fd)
+    os.unlink(path)
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+    rng = random.Random(args.seed)
+    kinds = ["random", "random", "random", "ties", "empty", "full", "single", "nan_pad", "nan_active"]
+    failures, n = [], 0
+    for i in range(args.cases):
+        kind = rng.choice(kinds)
+        inputs = make_inputs(rng, kind)
+        cfg = random_cfg(rng, new, global_ok=True)
+        which = rng.choice(["token", "gspo"])
+        ratio_form = rng.choice(["token", "sequence"])
+        w = torch.rand(inputs[0].shape, generator=torch.Generator().manual_seed(i))
+        a = run_loss(new, which, cfg.to_dict(), inputs, ratio_form, w)
+        b = run_loss(ref, which, cfg.to_dict(), inputs, ratio_form, w)
+        bad = compare(a, b)
+        n += 1
+        if bad:
+            failures.append(f"case {i} ({which}, {kind}, shape {tuple(inputs[0].shape)}, {cfg}): {bad}")
+    # quantile functions on their own
+    for i in range(300):
+        g = torch.Generator().manual_seed(10_000 + i)
+        size = rng.choice([1, 2, 3, 10, 1000, 65_537, 300_000])
+        v = torch.randn(size, generator=g).abs() * rng.choice([1e-40, 1e-30, 1e-3, 1.0, 1e20])
+        if rng.random() < 0.3:
+            v = torch.round(v * 8) / 8
+        if rng.random() < 0.1:
+            v.zero_()
+        negative = rng.random() < 0.1  # outside the contract: the local quantile must still agree
+        if negative:
+            v = v * torch.where(torch.rand(size, generator=g) < 0.5, -1.0, 1.0)
+        shape = (size,) if size % 5 else (5, size // 5)
+        v = v.reshape(shape)
+        m = (torch.rand(size, generator=g) < rng.choice([0.0, 0.01, 0.5, 1.0])).reshape(shape)
+        level = rng.choice([0.01, 0.5, 0.9, 0.999, 0.9999])
+        if not bits_equal(new.masked_quantile(v, m, level), ref.masked_quantile(v, m, level)):
+            failures.append(f"masked_quantile size={size} level={level} negative={negative}")
+        for method in ("exact", "hist"):
+            if negative:
+                continue
+            if not bits_equal(new.global_masked_quantile(v, m, level, method=method),
+                              ref.global_masked_quantile(v, m, level, method=method)):
+                failures.append(f"global_masked_quantile {method} size={size} level={level}")
+        n += 3
+    dist.destroy_process_group()
+    for f in failures[:20]:
+        print("MISMATCH", f)
+    print(f"checked {n} cases against {args.ref}: {len(failures)} mismatches")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
