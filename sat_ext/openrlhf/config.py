@@ -54,14 +54,13 @@ def sat_config(
 
 
 def check_openrlhf_args(args: SimpleNamespace, options: Mapping[str, Any], key_of: Callable[[str], str] = str) -> SATConfig:
-    """Validate a SAT run from OpenRLHF's final (hierarchized, validated) arguments; returns its SATConfig.
+    """Validate a SAT run (``args.actor.policy_loss_type`` sat or sat_gspo) from OpenRLHF's final (hierarchized,
+    validated) arguments; returns its SATConfig.
 
     Raises ValueError with a message naming the flag: a bad SAT value (a SATConfigError), or a configuration
     in which vLLM's rollout log-probs, SAT's ratio reference, would not reach the loss.
     """
     loss_type = args.actor.policy_loss_type
-    if loss_type not in SAT_LOSS_TYPES:
-        raise ValueError(f"--actor.policy_loss_type {loss_type!r} is not a SAT loss ({', '.join(SAT_LOSS_TYPES)})")
     if not args.vllm.num_engines:
         raise ValueError(f"--actor.policy_loss_type {loss_type} needs vLLM's rollout log-probs, so vLLM engines: "
                          f"set --vllm.num_engines > 0 (got {args.vllm.num_engines!r})")

@@ -145,7 +145,7 @@ def run_cli_cases():
             result["outcome"] = "returned"
         except Stop as stop:
             args, actor_cls = stop.args
-            result.update(outcome="train", args=_plain(args), actor_class=actor_cls.__ray_actor_class__.__qualname__)
+            result.update(outcome="train", args=_plain(args), actor_class=actor_cls.__ray_actor_class__.__name__)
             classes[name] = (args, actor_cls)
         except SystemExit as e:
             result.update(outcome="exit", code=e.code)
@@ -166,9 +166,9 @@ def in_worker(self, runs):
 
     from sat_ext.openrlhf.loss import SATPolicyLoss
 
-    report = {"pid": os.getpid(), "mro": [f"{c.__module__}.{c.__qualname__}" for c in type(self).__mro__]}
+    report = {"pid": os.getpid(), "mro": [f"{c.__module__}.{c.__name__}" for c in type(self).__mro__]}
     (openrlhf_actor_cls,) = [c for c in type(self).__mro__ if c.__module__ == ppo_actor.__name__
-                             and c.__qualname__ == "PolicyModelActor"]
+                             and c.__name__ == "PolicyModelActor"]
 
     class CPUStrategy:
         """DeepSpeed's part of DeepspeedStrategy, on one CPU process: plain torch backward and step."""
