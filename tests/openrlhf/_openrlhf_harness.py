@@ -15,7 +15,9 @@ real Ray worker (a CPU Ray node that declares one GPU). Inside that worker, thro
 ``PolicyModelActor.init_model_from_pretrained``, replaced there (DeepSpeed cannot initialise on a CPU) by
 a stand-in that does the same minus DeepSpeed: OpenRLHF's ``Actor`` around a tiny random Llama, a torch
 optimizer, and OpenRLHF's real ``ActorPPOTrainer``, which builds OpenRLHF's PolicyLoss from the args. Then
-one real ``ActorPPOTrainer.training_step`` runs on a small Experience.
+one real ``ActorPPOTrainer.training_step`` runs on a small Experience. Also stood in for there: the
+DeepSpeed half of ``DeepspeedStrategy`` (``CPUStrategy``: plain torch backward and step) and the two CUDA
+calls ``ActorPPOTrainer.__init__`` makes (``torch.cuda.current_device``, ``torch.cuda.synchronize``).
 """
 
 import argparse
