@@ -1,4 +1,4 @@
-"""Runs OpenRLHF's real CLI and a real Ray policy actor for test_openrlhf_launcher.py; writes JSON results.
+"""Runs OpenRLHF's real CLI and a real Ray policy actor for test_openrlhf_train_ppo_ray.py; writes JSON results.
 
 ``python _openrlhf_harness.py OUT.json`` runs in a fresh process, because OpenRLHF's trainer stack needs
 the import-time stand-ins of _openrlhf_stubs.py (vllm, deepspeed, flash_attn), which must not leak into

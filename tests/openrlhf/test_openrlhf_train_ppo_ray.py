@@ -1,37 +1,22 @@
 """The launcher against OpenRLHF 0.11.2's real CLI parser, and the loss swap inside a real Ray actor process.
 
-Both run in one subprocess (_openrlhf_harness.py: why, and exactly what is real there), once per session.
+Both run in one subprocess, _openrlhf_harness.py (why, and exactly what is real there), started by
+conftest.py when collection ends; its result is the ``openrlhf_harness`` fixture.
 """
-
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from sat_ext.core import METRIC_KEYS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+
+@pytest.fixture(scope="module")
+def cli(openrlhf_harness):
+    return openrlhf_harness["cli"]
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory):
-    out = tmp_path_factory.mktemp("openrlhf_harness") / "result.json"
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "_openrlhf_harness.py"), str(out)],
-                          capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return json.loads(out.read_text())
-
-
-@pytest.fixture(scope="module")
-def cli(harness):
-    return harness["cli"]
-
-
-@pytest.fixture(scope="module")
-def worker(harness):
-    return harness["ray"]
+def worker(openrlhf_harness):
+    return openrlhf_harness["ray"]
 
 
 def _trained(cli, case):
