@@ -41,20 +41,45 @@ def test_run_sh_command_shape(tmp_path):
         assert res.returncode == 2
 
 
-@pytest.fixture(scope="module")
-def parsed(tmp_path_factory):
-    pytest.importorskip("openrlhf")
-    if importlib.util.find_spec("sat_ext.openrlhf.train_ppo_ray") is None or not STUBS.exists():
-        pytest.skip("sat_ext.openrlhf's launcher or tests/openrlhf/_openrlhf_stubs.py is not in this tree yet")
-    tmp = tmp_path_factory.mktemp("openrlhf_examples")
+def _cases() -> dict[str, list[str]]:
     cases = {f"{v}_lag{lag}": _command(v, lag)[3:] for v in VARIANTS for lag in LAGS}
     cases["sat_quantile_override"] = _command("sat", 1, "--sat.quantile", "0.75")[3:]
     cases["sat_without_rollout_logprobs"] = _command("sat", 1, "--algo.advantage.is_correction_level", "off")[3:]
-    (tmp / "in.json").write_text(json.dumps(cases))
-    proc = subprocess.run([sys.executable, str(HARNESS), str(tmp / "in.json"), str(tmp / "out.json")],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads((tmp / "out.json").read_text())
+    return cases
+
+
+def _can_run_harness() -> bool:
+    return (importlib.util.find_spec("openrlhf") is not None and STUBS.exists()
+            and importlib.util.find_spec("sat_ext.openrlhf.train_ppo_ray") is not None)
+
+
+BACKGROUND_USERS = ("test_example_flags_pass_openrlhfs_parser_and_sats_checks",
+                    "test_sat_config_built_from_the_example_flags",
+                    "test_the_launcher_refuses_the_example_without_rollout_logprobs")
+
+
+def start_background():
+    """OpenRLHF's real CLI through the launcher on every example command (a fresh process: see the harness)."""
+    from _background import start
+
+    if not _can_run_harness():
+        return None
+
+    def build(workdir: Path) -> list[str]:
+        (workdir / "in.json").write_text(json.dumps(_cases()))
+        return [sys.executable, str(HARNESS), str(workdir / "in.json"), str(workdir / "out.json")]
+
+    return start(build)
+
+
+@pytest.fixture(scope="module")
+def parsed():
+    if not _can_run_harness():
+        pytest.skip("openrlhf, sat_ext.openrlhf's launcher or tests/openrlhf/_openrlhf_stubs.py is missing")
+    job = globals().get("_BACKGROUND_JOB") or start_background()
+    rc, out, err = job.wait(timeout=300)
+    assert rc == 0, out[-3000:] + err[-3000:]
+    return json.loads((job.workdir / "out.json").read_text())
 
 
 def _args(parsed, case):

@@ -150,6 +150,13 @@ def _free_form_ok(key: str) -> bool:
     prefix = "actor_rollout_ref.actor.policy_loss."
     if key.startswith(prefix):
         return key[len(prefix):] in _sat_fields()
+    prefix = "trainer.v1.sampler.sampler_kwargs."
+    if key.startswith(prefix):  # handed to the custom sampler, sat_ext.lag's LagBoundedReplayBuffer
+        from dataclasses import fields
+
+        from sat_ext.lag import LagConfig
+
+        return key[len(prefix):] in {f.name for f in fields(LagConfig)}
     # Ray's runtime_env accepts env_vars; main_ppo merges it into its default runtime env.
     return key.startswith("ray_kwargs.ray_init.runtime_env.env_vars.")
 
@@ -324,21 +331,53 @@ def test_paper_setting(name, composed):
     r3 = "_r3_" in name
     assert aa.megatron.router_replay.mode == ("R3" if r3 else "disabled")
     assert ro.enable_rollout_routing_replay is r3
-    # Lag: V1 separate_async, weight sync every `lag` optimizer steps, rollout one optimizer step ahead,
-    # plus the constraints PPOTrainerSeparateAsync asserts at start-up.
+    # Lag: V1 separate_async, a weight sync every `lag` optimizer steps, plus the constraints
+    # PPOTrainerSeparateAsync asserts at start-up, and sat_ext.lag's sampler with a compatible engine.
     assert tr.use_v1 is True and v1.trainer_mode == "separate_async" and sync == lag
     assert cfg.data.train_batch_size == sync * aa.ppo_mini_batch_size
-    assert v1.separate_async.num_warmup_batches * cfg.data.train_batch_size == aa.ppo_mini_batch_size
     assert ro.nnodes > 0 and ro.n_gpus_per_node > 0 and ro.checkpoint_engine.backend != "naive"
-    assert (v1.sampler.max_off_policy_threshold, v1.sampler.max_off_policy_strategy) == (2, "wait")
+    sampler = v1.sampler
+    assert (sampler.custom_sampler.path, sampler.custom_sampler.name) == ("pkg://sat_ext.lag.verl_sampler",
+                                                                          "LagBoundedReplayBuffer")
+    if lag == 1:  # bounded, max lag 1, rollout one batch ahead
+        assert v1.separate_async.num_warmup_batches == 1
+        assert (sampler.max_off_policy_threshold, sampler.max_off_policy_strategy) == (2, "drop")
+        assert (sampler.sampler_kwargs.mode, sampler.sampler_kwargs.max_lag) == ("bounded", 1)
+    else:  # interval 8, no prefetch
+        assert v1.separate_async.num_warmup_batches == 0 and sampler.max_off_policy_threshold is None
+        assert (sampler.sampler_kwargs.mode, sampler.sampler_kwargs.interval) == ("interval", 8)
 
 
-def test_lag8_schedule_matches_sat_ext_lag_interval_mode():
-    """The README's lag-8 schedule (8, 1, 2, ..., 7 optimizer steps) is sat_ext.lag's interval 8, prefetch 1."""
-    schedule = pytest.importorskip("sat_ext.lag.schedule")
-    assert [schedule.scheduled_lag(s, 8, 1)[1] for s in range(9, 17)] == [8, 1, 2, 3, 4, 5, 6, 7]
-    assert {schedule.scheduled_lag(s, 1, 1)[1] for s in range(2, 20)} == {1}
-    assert "8, 1, 2, ..., 7" in (CONFIG_DIR / "lag" / "lag8.yaml").read_text()
+_LAG_BLOCKS = {1: {"mode": "bounded", "max_lag": 1}, 8: {"mode": "interval", "interval": 8}}
+
+
+@pytest.mark.parametrize("lag", sorted(_LAG_BLOCKS))
+def test_lag_files_are_sat_ext_lags_translation(lag, composed):
+    """lag/lagK.yaml == sat_ext.lag.verl_overrides(lag block, 256 prompts per step), key by key."""
+    from sat_ext.lag import LagConfig, check_compatible
+    from sat_ext.lag.verl_overrides import verl_engine_settings, verl_overrides
+
+    block = LagConfig.from_dict(_LAG_BLOCKS[lag])
+    overrides = verl_overrides(block, train_batch_size=256)
+    with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
+        translated = compose("ppo_megatron_trainer", overrides=overrides)
+    keys = [o.lstrip("+").split("=", 1)[0] for o in overrides]
+    assert set(keys) <= set(_set_keys(CONFIG_DIR / "lag" / f"lag{lag}.yaml"))  # the lag file sets them all
+    for name in (v for v in VARIANTS if v.endswith(f"_lag{lag}")):
+        cfg = composed[name]
+        for key in keys:
+            assert OmegaConf.select(cfg, key) == OmegaConf.select(translated, key), (name, key)
+        mode = cfg.trainer.v1.trainer_mode
+        check_compatible(LagConfig.from_dict(OmegaConf.to_container(cfg.trainer.v1.sampler.sampler_kwargs)),
+                         verl_engine_settings(mode, cfg.trainer.v1[mode]))
+
+
+def test_documented_lag_schedules_are_sat_ext_lags():
+    """The lag-8 file's comment states sat_ext.lag's interval schedule: 0..7 optimizer steps."""
+    from sat_ext.lag.schedule import scheduled_lag
+
+    assert [scheduled_lag(s, 8, 0) for s in range(9, 17)] == [(0, k) for k in range(8)]
+    assert "lags\n#   0, 1, ..., 7 (mean 3.5)" in (CONFIG_DIR / "lag" / "lag8.yaml").read_text()
 
 
 # ------------------------------------------------------------------------------------------------- run.sh
@@ -371,14 +410,27 @@ def test_run_sh_overrides_compose(composed):
     assert (cfg.trainer.nnodes, cfg.actor_rollout_ref.rollout.nnodes, cfg.trainer.n_gpus_per_node) == (2, 2, 8)
 
 
-def test_main_ppo_cli_composes_the_variant(tmp_path):
-    """The real entry point: run.sh -> python -m verl.trainer.main_ppo ... --cfg job prints the config and exits."""
-    env = {**os.environ, "PYTHON": sys.executable, "SAT_DATA_DIR": str(tmp_path / "data")}
-    out = subprocess.run(["bash", str(EXAMPLE / "run.sh"), "sat_gspo_r3_lag1", "--cfg", "job", "--resolve"],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    cfg = OmegaConf.create(out.stdout)
+BACKGROUND_USERS = ("test_main_ppo_cli_composes_the_variant",)
+
+
+def start_background():
+    """The real entry point: run.sh -> python -m verl.trainer.main_ppo ... --cfg job (prints, then exits)."""
+    from _background import start
+
+    def build(workdir: Path) -> list[str]:
+        return ["bash", str(EXAMPLE / "run.sh"), "sat_gspo_r3_lag1", "--cfg", "job", "--resolve"]
+
+    env = {**os.environ, "PYTHON": sys.executable, "SAT_DATA_DIR": "/data/sat_aime_test"}
+    return start(build, env=env)
+
+
+def test_main_ppo_cli_composes_the_variant():
+    job = globals().get("_BACKGROUND_JOB") or start_background()
+    rc, out, err = job.wait(timeout=180)
+    assert rc == 0, err[-3000:]
+    cfg = OmegaConf.create(out)
     pl = cfg.actor_rollout_ref.actor.policy_loss
     assert pl._target_ == SAT_TARGET and pl.loss_mode == "sat_gspo" and pl.sat_gspo_gate_level == "sequence"
-    assert cfg.data.train_files == str(tmp_path / "data" / "train.parquet")
+    assert cfg.data.train_files == "/data/sat_aime_test/train.parquet"
     assert cfg.actor_rollout_ref.actor.megatron.router_replay.mode == "R3"
+    assert cfg.trainer.v1.sampler.custom_sampler.name == "LagBoundedReplayBuffer"
