@@ -3,6 +3,7 @@ ends, so that it runs while the in-process tests do; test_openrlhf_train_ppo_ray
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ def pytest_sessionfinish(session):
             _run["proc"].kill()
         _run["proc"].wait()
         _run["log"].close()
+        shutil.rmtree(_run["workdir"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
