@@ -35,7 +35,7 @@ import torch.distributed as dist
 from sat_ext.core import METRIC_KEYS, sat_gspo_loss, sat_token_loss
 
 from .compat import openrlhf_loss
-from .config import SAT_LOSS_TYPES, SAT_OPTIONS, check_openrlhf_args, sat_config
+from .config import SAT_LOSS_TYPES, check_openrlhf_args, sat_config
 
 _loss = openrlhf_loss()
 PolicyLoss = _loss.PolicyLoss
@@ -164,4 +164,4 @@ class SATPolicyLoss(PolicyLoss):
         return loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio
 
 
-__all__ = ["METRIC_NAMES", "SAT_OPTIONS", "SATPolicyLoss"]
+__all__ = ["METRIC_NAMES", "SATPolicyLoss"]
