@@ -18,12 +18,14 @@ import torch
 
 def contraction(abs_d: torch.Tensor, q: torch.Tensor, kernel: str, exponent: float) -> torch.Tensor:
     """Contraction factor for ``abs_d > q > 0`` (elementwise; other entries are the caller's to overwrite)."""
+    # Each form allocates one tensor and updates it in place (the same operations, in the same order, as
+    # the formulas above).
     if kernel == "hill_shifted":
-        return torch.reciprocal(1.0 + ((abs_d - q) / q).pow(exponent))
+        return (abs_d - q).div_(q).pow_(exponent).add_(1.0).reciprocal_()
     if kernel == "hill":
-        return torch.reciprocal(1.0 + (abs_d / q).pow(exponent))
+        return (abs_d / q).pow_(exponent).add_(1.0).reciprocal_()
     if kernel == "power":
-        return (q / abs_d).pow(exponent)
+        return (q / abs_d).pow_(exponent)
     if kernel == "exp":
-        return torch.exp(-((abs_d - q) / q).pow(exponent))
+        return (abs_d - q).div_(q).pow_(exponent).neg_().exp_()
     raise ValueError(f"unknown SAT kernel {kernel!r}")

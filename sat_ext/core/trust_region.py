@@ -27,27 +27,41 @@ from .quantile import global_masked_quantile, masked_quantile
 
 @dataclass
 class TrustRegion:
-    """Bounds and diagnostics of one gate scope; tensors have the shape of the proxy d."""
+    """Bounds and diagnostics of one gate scope; tensors have the shape of the proxy d.
+
+    ``abs_d`` is |d| as computed for the gate (kept so that the diagnostics need not recompute it).
+    """
 
     lo: torch.Tensor
     hi: torch.Tensor
     c: torch.Tensor
     gated: torch.Tensor
     q: torch.Tensor
+    abs_d: torch.Tensor | None = None
 
-    def diagnostics(self, d: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Gate rate, threshold, mean effective radii, min contraction and mean |d| over the active entries."""
-        m = mask.float()
-        n = m.sum()
-        denom = n.clamp_min(1.0)
+    def diagnostics(
+        self, d: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None,
+        count: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Gate rate, threshold, mean effective radii, min contraction and mean |d| over the active entries.
+
+        ``weights`` (``mask.float()``) and ``count`` (the number of active entries) may be passed when the
+        caller has them already. Counts are exact integers; means are float32 sums over the active entries
+        divided by max(count, 1).
+        """
+        mask = mask.bool()
+        m = mask.float() if weights is None else weights
+        n = torch.count_nonzero(mask) if count is None else count
+        denom = n.float().clamp_min(1.0)
         ones = torch.ones((), dtype=self.c.dtype, device=self.c.device)
+        abs_d = d.abs() if self.abs_d is None else self.abs_d
         return {
-            "gate_rate": (self.gated.float() * m).sum() / denom,
+            "gate_rate": torch.count_nonzero(self.gated & mask).float() / denom,
             "threshold_q": self.q.detach().float(),
             "radius_low_mean": ((1.0 - self.lo) * m).sum() / denom,
             "radius_high_mean": ((self.hi - 1.0) * m).sum() / denom,
-            "contraction_min": torch.where(mask.bool(), self.c, ones).min() if self.c.numel() else ones,
-            "abs_log_ratio_mean": (d.abs() * m).sum() / denom,
+            "contraction_min": torch.where(mask, self.c, ones).min() if self.c.numel() else ones,
+            "abs_log_ratio_mean": (abs_d * m).sum() / denom,
         }
 
 
@@ -77,6 +91,33 @@ def adaptive_trust_region(
     if q is None:
         q = gate_threshold(abs_d, mask, cfg, group)
     q = q.to(device=d.device, dtype=torch.float32)
+    hi_nom, lo_nom = 1.0 + cfg.eps_high, 1.0 - cfg.eps_low
+    if q.numel() != 1:  # a per-entry threshold given by the caller: the general form
+        return _region_general(d, abs_d, mask, q, cfg)
+    if not bool(q > 0):  # q == 0: nothing is gated, nominal bounds
+        return TrustRegion(lo=torch.full_like(d, lo_nom), hi=torch.full_like(d, hi_nom), c=torch.ones_like(d),
+                           gated=torch.zeros_like(mask), q=q, abs_d=abs_d)
+    gated = mask & (abs_d > q)
+    # Gated entries have |d| > q, so the kernel sees them as the general form's max(|d|, q) would; the
+    # others get c = 1 whatever the kernel gives them. On gated entries K is in [0, 1], so a floor of 0 is
+    # the identity and only c_min > 0 needs the clamp.
+    k = contraction(abs_d, q, cfg.kernel, cfg.exponent)
+    if cfg.c_min > 0:
+        k = k.clamp_min_(cfg.c_min)
+    c = torch.where(gated, k, 1.0)
+    contracted = c < 1  # c == 1 off the gate
+    if not bool(contracted.any()):
+        return TrustRegion(lo=torch.full_like(d, lo_nom), hi=torch.full_like(d, hi_nom), c=c, gated=gated, q=q,
+                           abs_d=abs_d)
+    hi = torch.where(contracted & (d > 0), (c * cfg.eps_high).add_(1.0), hi_nom).clamp_(max=hi_nom)
+    lo = torch.where(contracted & (d < 0), (c * cfg.eps_low).neg_().add_(1.0), lo_nom).clamp_(min=lo_nom)
+    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q, abs_d=abs_d)
+
+
+def _region_general(
+    d: torch.Tensor, abs_d: torch.Tensor, mask: torch.Tensor, q: torch.Tensor, cfg: SATConfig
+) -> TrustRegion:
+    """The defining form, op for op, for a threshold tensor with more than one element."""
     gated = mask & (abs_d > q) & (q > 0)
     q_safe = torch.where(q > 0, q, torch.ones_like(q))
     k = contraction(torch.maximum(abs_d, q_safe), q_safe, cfg.kernel, cfg.exponent).clamp_min(cfg.c_min)
@@ -85,4 +126,4 @@ def adaptive_trust_region(
     hi_nom, lo_nom = 1.0 + cfg.eps_high, 1.0 - cfg.eps_low
     hi = torch.where(contracted & (d > 0), 1.0 + cfg.eps_high * c, hi_nom).clamp(max=hi_nom)
     lo = torch.where(contracted & (d < 0), 1.0 - cfg.eps_low * c, lo_nom).clamp(min=lo_nom)
-    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q)
+    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q, abs_d=abs_d)
