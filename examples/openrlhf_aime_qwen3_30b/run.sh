@@ -7,7 +7,7 @@
 #
 # VARIANT: sat_gspo (SAT-GSPO), sat (SAT-GRPO: token-level SAT on group_norm advantages), and the
 #          baselines gspo and grpo (OpenRLHF's own losses; see the README for how they differ from verl's)
-# LAG:     1 (default) or 8: weights are broadcast to vLLM after every 1 or 8 optimizer steps (README)
+# LAG:     1 (default) or 8: weights are broadcast to vLLM after every 1 (async) or 8 (sync) optimizer steps
 # Extra flags are appended after the script's (argparse: the last value of a flag wins).
 #
 # Environment (all optional):
@@ -52,8 +52,14 @@ esac
 PROMPTS_PER_STEP=256   # the paper: 256 prompts x 16 samples per optimizer step
 SAMPLES=16
 case "${LAG}" in
-    1) ROLLOUT_BATCH=${PROMPTS_PER_STEP}; EVAL_STEPS=5; SAVE_STEPS=50 ;;         # 1 optimizer step per broadcast
-    8) ROLLOUT_BATCH=$((8 * PROMPTS_PER_STEP)); EVAL_STEPS=1; SAVE_STEPS=6 ;;    # 8 optimizer steps per broadcast
+    # lag 1: 1 optimizer step per broadcast, asynchronous with a queue of 1 (the next batch is generated
+    #        while this one trains): every batch is 1 step old (the same as sat_ext.lag's bounded max_lag 1)
+    # lag 8: 8 optimizer steps per broadcast, synchronous (generate 2048 prompts, train 8 steps on them):
+    #        data 0, 1, ..., 7 steps old (the same schedule as sat_ext.lag's interval 8 in the verl example)
+    1) ROLLOUT_BATCH=${PROMPTS_PER_STEP}; EVAL_STEPS=5; SAVE_STEPS=50
+       ASYNC=(--train.async_enable --train.async_queue_size 1) ;;
+    8) ROLLOUT_BATCH=$((8 * PROMPTS_PER_STEP)); EVAL_STEPS=1; SAVE_STEPS=6
+       ASYNC=() ;;
     *) echo "run.sh: LAG must be 1 or 8, got '${LAG}'" >&2; exit 2 ;;
 esac
 TRAIN_BATCH=$((PROMPTS_PER_STEP * SAMPLES))   # samples per optimizer step
@@ -83,8 +89,8 @@ CMD=("${PYTHON:-python3}" -m sat_ext.openrlhf.train_ppo_ray
     --actor.num_nodes "${ACTOR_NNODES}" --actor.num_gpus_per_node "${GPUS_PER_NODE}"
     --vllm.num_engines "${VLLM_ENGINES}" --vllm.tensor_parallel_size "${VLLM_TP}"
     --vllm.gpu_memory_utilization 0.85 --vllm.enable_prefix_caching
-    # asynchronous training: generation of the next batch overlaps training on this one (queue of 1)
-    --train.async_enable --train.async_queue_size 1
+    # lag 1: asynchronous training, the next batch is generated while this one trains (queue of 1)
+    "${ASYNC[@]+"${ASYNC[@]}"}"
     # data: prepare_aime_dapo.py's OpenRLHF files (DAPO prompt template, 0/1 rule reward)
     --data.prompt_dataset "${DATA}/train.jsonl" --data.input_key prompt --data.label_key label
     --data.apply_chat_template

@@ -106,8 +106,10 @@ def test_example_flags_pass_openrlhfs_parser_and_sats_checks(parsed, variant, la
     assert r["batch_size"] * r["n_samples_per_prompt"] // t["batch_size"] == lag and t["max_epochs"] == 1
     assert (r["temperature"], r["top_p"], r["max_new_tokens"]) == (0.95, 1.0, 32768)
     assert a["data"]["max_len"] >= 32768 + 2048
-    # asynchronous, one batch in the queue; eval avg@8 every 5 optimizer steps (lag 1) / every broadcast (lag 8)
-    assert t["async_enable"] is True and t["async_queue_size"] == 1
+    # lag 1: asynchronous, one batch in the queue; lag 8: synchronous, 8 optimizer steps per generated batch
+    assert t["async_enable"] is (lag == 1) and t["async_queue_size"] == 1 and t["partial_rollout_enable"] is False
+    assert a["rollout"]["vllm_generate_batch_size"] == r["batch_size"]  # no oversampling: the lag stays bounded
+    # eval avg@8 every 5 optimizer steps (lag 1) / every broadcast (lag 8)
     assert (a["eval"]["n_samples_per_prompt"], a["eval"]["temperature"]) == (8, 0.95)
     assert a["eval"]["steps"] * lag == (5 if lag == 1 else 8)
     assert a["reward"]["remote_url"] == [str(EXAMPLE / "math_reward.py")]
