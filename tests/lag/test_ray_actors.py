@@ -18,13 +18,6 @@ from sat_ext.lag.schedule import scheduled_lag  # noqa: E402
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 @ray.remote(max_concurrency=2)
 class Producer:
     """Generates by sleeping; samples span the versions seen between claim and submit (partial rollout)."""

@@ -1,0 +1,13 @@
+"""One real Ray session (2 CPUs) for every tests/lag module that asks for it; started on first use."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="package")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
