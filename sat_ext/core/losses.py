@@ -58,9 +58,16 @@ class SATLossOutput:
     metrics: dict[str, torch.Tensor]
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    m = mask.float()
-    return (x.float() * m).sum() / m.sum().clamp_min(1.0)
+def _all_finite(tensors) -> bool:
+    """True when every element is finite, from one sum per tensor: a NaN or Inf makes the sum non-finite.
+
+    A sum that overflows only sends the caller to the exact element-wise check, which then decides.
+    """
+    total = None
+    for v in tensors:
+        s = v.sum()
+        total = s if total is None else total + s
+    return total is None or bool(torch.isfinite(total))
 
 
 def _sanitize(
@@ -71,6 +78,8 @@ def _sanitize(
     Returns the cleaned tensors and the bad-entry mask (None when every entry is finite: the fast path).
     """
     out = {k: v.float() for k, v in tensors.items() if v is not None}
+    if _all_finite(out.values()):
+        return out, None
     finite = None
     for v in out.values():
         f = torch.isfinite(v)
@@ -90,31 +99,40 @@ def _sanitize(
 
 def _surrogate(
     ratio: torch.Tensor, adv: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, dual_clip: float | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """PPO clipped surrogate with per-entry bounds; op for op as verl's ``vanilla`` (bit-exact at c == 1)."""
-    pg_losses1 = -adv * ratio
-    pg_losses2 = -adv * torch.clamp(ratio, lo, hi)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """PPO clipped surrogate with per-entry bounds; op for op as verl's ``vanilla`` (bit-exact at c == 1).
+
+    ``-adv`` and ``adv < 0`` are computed once (verl recomputes them; the values are the same). Returns the
+    loss, the clip mask, the dual-clip mask (None without dual clip) and ``-adv * ratio`` (PPO's unclipped
+    term, reused by the diagnostics).
+    """
+    neg_adv = -adv
+    pg_losses1 = neg_adv * ratio
+    pg_losses2 = neg_adv * torch.clamp(ratio, lo, hi)
     clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
     clipped = torch.gt(pg_losses2, pg_losses1)
     if dual_clip is None:
-        return clip_pg_losses1, clipped, torch.zeros_like(clipped)
-    pg_losses3 = -adv * dual_clip
+        return clip_pg_losses1, clipped, None, neg_adv, pg_losses1
+    pg_losses3 = neg_adv * dual_clip
     clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
-    dual_clipped = torch.gt(clip_pg_losses1, pg_losses3) & (adv < 0)
-    return torch.where(adv < 0, clip_pg_losses2, clip_pg_losses1), clipped, dual_clipped
+    negative = adv < 0
+    dual_clipped = torch.gt(clip_pg_losses1, pg_losses3) & negative
+    return torch.where(negative, clip_pg_losses2, clip_pg_losses1), clipped, dual_clipped, neg_adv, pg_losses1
 
 
 def _finish(
     cfg: SATConfig,
     loss_mat: torch.Tensor,
     ratio: torch.Tensor,
-    adv: torch.Tensor,
+    neg_adv: torch.Tensor,
+    pg_losses1: torch.Tensor,
     clipped: torch.Tensor,
-    dual_clipped: torch.Tensor,
+    dual_clipped: torch.Tensor | None,
     region: TrustRegion,
     d: torch.Tensor,
     d_mask: torch.Tensor,
     mask: torch.Tensor,
+    m: torch.Tensor,
     raw_log_ratio: torch.Tensor,
     bad: torch.Tensor | None,
     kl_log_ratio: torch.Tensor,
@@ -122,24 +140,42 @@ def _finish(
     """Zero the loss at non-finite entries and collect the diagnostics (constant key set).
 
     ``kl_log_ratio`` is the log-ratio ``ppo_kl`` is reported on, as the matching verl loss does: clamped for
-    the token loss (verl's ``vanilla``), unclamped for SAT-GSPO (verl's ``gspo``).
+    the token loss (verl's ``vanilla``), unclamped for SAT-GSPO (verl's ``gspo``). ``m`` is ``mask.float()``.
+
+    Fractions divide by max(n_active, 1) with n_active an exact count (as verl's ``mask.sum()``). verl's own
+    keys (pg_clipfrac, pg_clipfrac_lower, ppo_kl) sum the same float32 0/1 (or log-ratio) tensor verl sums,
+    so they equal verl's bit for bit; SAT's own fractions count exactly.
     """
     if bad is not None:
         loss_mat = torch.where(bad, torch.zeros_like(loss_mat), loss_mat)
     with torch.no_grad():
-        r = ratio.detach()
-        ppo_clipped = torch.gt(-adv * torch.clamp(r, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high), -adv * r)
-        n_active = mask.sum()
-        metrics = region.diagnostics(d, d_mask)
+        dev = loss_mat.device
+        n_active = torch.count_nonzero(mask)
+        denom = n_active.float().clamp_min(1.0)
+        ppo_clipped = torch.gt(neg_adv * torch.clamp(ratio.detach(), 1.0 - cfg.eps_low, 1.0 + cfg.eps_high),
+                               pg_losses1.detach())
+        if d_mask is mask:
+            metrics = region.diagnostics(d, d_mask, weights=m, count=n_active)
+        else:
+            metrics = region.diagnostics(d, d_mask)
+        zero = torch.zeros((), device=dev)
+        raw = raw_log_ratio
+        if raw.numel():
+            lo_raw, hi_raw = torch.aminmax(raw)
+            any_clamped = bool(lo_raw < -LOG_RATIO_CLAMP) or bool(hi_raw > LOG_RATIO_CLAMP)
+        else:
+            any_clamped = False
         metrics.update(
-            active=torch.ones((), device=loss_mat.device),
-            newly_clipped_frac=_masked_mean(clipped & ~ppo_clipped, mask),
-            nonfinite_frac=_masked_mean(bad, mask) if bad is not None else torch.zeros((), device=loss_mat.device),
-            log_ratio_clamped_frac=_masked_mean(raw_log_ratio.abs() > LOG_RATIO_CLAMP, mask),
+            active=torch.ones((), device=dev),
+            newly_clipped_frac=torch.count_nonzero(clipped & ~ppo_clipped & mask).float() / denom,
+            nonfinite_frac=torch.count_nonzero(bad & mask).float() / denom if bad is not None else zero,
+            log_ratio_clamped_frac=(torch.count_nonzero((raw.abs() > LOG_RATIO_CLAMP) & mask).float() / denom
+                                    if any_clamped else zero.clone()),
             empty_microbatch=(n_active == 0).float(),
-            pg_clipfrac=_masked_mean(clipped, mask),
-            pg_clipfrac_lower=_masked_mean(dual_clipped, mask),
-            ppo_kl=_masked_mean(-kl_log_ratio, mask),
+            pg_clipfrac=(clipped & mask).float().sum() / denom,
+            pg_clipfrac_lower=((dual_clipped & mask).float().sum() / denom if dual_clipped is not None
+                               else zero.clone()),
+            ppo_kl=(-kl_log_ratio * m).sum() / denom,
         )
     return SATLossOutput(loss_mat=loss_mat, ratio=ratio, clipped=clipped, region=region, metrics=metrics)
 
@@ -169,9 +205,9 @@ def sat_token_loss(
     else:
         d = torch.clamp(lp.detach() - t["rollout_log_prob"], min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     region = adaptive_trust_region(d, mask, cfg, group)
-    loss_mat, clipped, dual_clipped = _surrogate(ratio, adv, region.lo, region.hi, cfg.dual_clip)
-    return _finish(cfg, loss_mat, ratio, adv, clipped, dual_clipped, region, d, mask, mask, raw.detach(), bad,
-                   log_ratio.detach())
+    loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, adv, region.lo, region.hi, cfg.dual_clip)
+    return _finish(cfg, loss_mat, ratio, neg_adv, pg1, clipped, dual_clipped, region, d, mask, mask, mask.float(),
+                   raw.detach(), bad, log_ratio.detach())
 
 
 def sat_gspo_loss(
@@ -195,8 +231,10 @@ def sat_gspo_loss(
                        rollout_log_prob=rollout)
     lp, old, adv = t["log_prob"], t["old_log_prob"], t["advantages"]
     raw = lp - old
-    seq_len = torch.sum(mask, dim=-1).clamp(min=1)
-    seq_log_ratio = torch.sum(raw * mask, dim=-1) / seq_len
+    m = mask.float()
+    n_seq = torch.count_nonzero(mask, dim=-1)  # = torch.sum(mask, dim=-1), as verl's gspo computes it
+    seq_len = n_seq.clamp(min=1)
+    seq_log_ratio = torch.sum(raw * m, dim=-1) / seq_len
     if ratio_form == "token":
         log_s = lp - lp.detach() + seq_log_ratio.detach().unsqueeze(-1)
         ratio = torch.exp(torch.clamp(log_s, max=GSPO_LOG_RATIO_MAX))
@@ -204,8 +242,10 @@ def sat_gspo_loss(
         ratio = torch.exp(torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX)).unsqueeze(-1) * mask
     ref_raw = raw.detach() if rollout is None else lp.detach() - t["rollout_log_prob"]
     if cfg.gspo_gate_level == "sequence":
-        seq_mask = mask.any(dim=-1)
-        d = torch.clamp(torch.sum(ref_raw * mask, dim=-1) / seq_len, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        seq_mask = n_seq > 0
+        # with proxy "old", the sequence mean of ref_raw is seq_log_ratio itself (the same operations)
+        seq_ref = seq_log_ratio.detach() if rollout is None else torch.sum(ref_raw * m, dim=-1) / seq_len
+        d = torch.clamp(seq_ref, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         seq_region = adaptive_trust_region(d, seq_mask, cfg, group)
         lo, hi = seq_region.lo.unsqueeze(-1), seq_region.hi.unsqueeze(-1)
         region, d_mask = seq_region, seq_mask
@@ -213,6 +253,6 @@ def sat_gspo_loss(
         d = torch.clamp(ref_raw, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         region = adaptive_trust_region(d, mask, cfg, group)
         lo, hi, d_mask = region.lo, region.hi, mask
-    loss_mat, clipped, dual_clipped = _surrogate(ratio, adv, lo, hi, cfg.dual_clip)
-    return _finish(cfg, loss_mat, ratio, adv, clipped, dual_clipped, region, d, d_mask, mask, raw.detach(), bad,
-                   raw.detach())
+    loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, adv, lo, hi, cfg.dual_clip)
+    return _finish(cfg, loss_mat, ratio, neg_adv, pg1, clipped, dual_clipped, region, d, d_mask, mask, m,
+                   raw.detach(), bad, raw.detach())
