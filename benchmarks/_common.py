@@ -118,11 +118,21 @@ def sync(device: torch.device) -> None:
 
 def timed(fn: Callable[[], Any], device: torch.device) -> float:
     """Wall seconds of one call of ``fn`` (the device synchronised before and after)."""
+    return timed2(fn, device)[0]
+
+
+def timed2(fn: Callable[[], Any], device: torch.device) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of one call of ``fn``.
+
+    On a machine whose cores are shared with other jobs, the CPU time of a 1-thread run is the steadier
+    figure: time spent preempted by another process is not counted (cache and memory-bandwidth contention
+    still is).
+    """
     sync(device)
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     fn()
     sync(device)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def median(xs: Sequence[float]) -> float:

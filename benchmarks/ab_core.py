@@ -61,7 +61,8 @@ def job(core, what: str, scope: str, x, backward: bool):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ref", required=True)
+    ap.add_argument("--ref", required=True, help="the 'old' core: a git revision")
+    ap.add_argument("--new", default="worktree", help="the 'new' core: 'worktree' (default) or a git revision")
     ap.add_argument("--sizes", default="1M,4M")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
@@ -70,7 +71,10 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     ref = load_ref_core(args.ref)
-    import sat_ext.core as new
+    if args.new == "worktree":
+        import sat_ext.core as new
+    else:
+        new = load_ref_core(args.new, name="sat_new")
 
     fd, path = tempfile.mkstemp(prefix="sat_ab_pg_")
     os.close(fd)
@@ -84,30 +88,37 @@ def main(argv=None) -> None:
             modes = (False, True) if what.startswith("sat") else (False,)
             for backward in modes:
                 ts = {"old": [], "new": []}
+                cs = {"old": [], "new": []}
                 for rep in range(args.reps + 1):
                     for tag in (("old", "new") if rep % 2 == 0 else ("new", "old")):
                         core = ref if tag == "old" else new
-                        t = C.timed(job(core, what, scope, x, backward), torch.device("cpu"))
+                        t, c = C.timed2(job(core, what, scope, x, backward), torch.device("cpu"))
                         if rep:  # repetition 0 is the warm-up
                             ts[tag].append(t)
+                            cs[tag].append(c)
                 mo, mn = C.median(ts["old"]), C.median(ts["new"])
+                co, cn = C.median(cs["old"]), C.median(cs["new"])
                 row = {"tokens": n, "job": what, "scope": scope, "mode": "fwd+bwd" if backward else "fwd",
                        "old_ms": mo * 1e3, "new_ms": mn * 1e3, "new_over_old": mn / mo,
                        "paired_ratio_median": C.median([b / a for a, b in zip(ts["old"], ts["new"])]),
                        "old_min_ms": min(ts["old"]) * 1e3, "new_min_ms": min(ts["new"]) * 1e3,
-                       "min_ratio": min(ts["new"]) / min(ts["old"])}
+                       "min_ratio": min(ts["new"]) / min(ts["old"]),
+                       "old_cpu_ms": co * 1e3, "new_cpu_ms": cn * 1e3, "cpu_ratio": cn / co}
                 rows.append(row)
-                print(f"{C.fmt_size(n):>4} {what:13s} {scope:6s} {row['mode']:8s} old {mo * 1e3:9.2f} ms  "
-                      f"new {mn * 1e3:9.2f} ms  x{mn / mo:.3f}  (min x{row['min_ratio']:.3f})", flush=True)
+                print(f"{C.fmt_size(n):>4} {what:13s} {scope:6s} {row['mode']:8s} wall old {mo * 1e3:8.2f} new "
+                      f"{mn * 1e3:8.2f} x{mn / mo:.3f} (min x{row['min_ratio']:.3f}) | cpu old {co * 1e3:8.2f} "
+                      f"new {cn * 1e3:8.2f} x{cn / co:.3f}", flush=True)
     dist.destroy_process_group()
     if args.stem:
-        env = C.environment(torch.device("cpu"), ref=args.ref)
+        env = C.environment(torch.device("cpu"), old_core=args.ref, new_core=args.new)
         C.write_csv(C.RESULTS / f"{args.stem}.csv", rows, env)
-        head = ["tokens", "job", "scope", "mode", "old ms", "new ms", "new/old", "paired", "min new/min old"]
+        head = ["tokens", "job", "scope", "mode", "old ms", "new ms", "new/old", "paired", "min new/min old",
+                "old CPU ms", "new CPU ms", "CPU new/old"]
         body = [[C.fmt_size(r["tokens"]), r["job"], r["scope"], r["mode"], f"{r['old_ms']:.2f}",
                  f"{r['new_ms']:.2f}", f"{r['new_over_old']:.3f}", f"{r['paired_ratio_median']:.3f}",
-                 f"{r['min_ratio']:.3f}"] for r in rows]
-        C.write_md(C.RESULTS / f"{args.stem}.md", f"ab_core: working tree vs {args.ref}", env,
+                 f"{r['min_ratio']:.3f}", f"{r['old_cpu_ms']:.2f}", f"{r['new_cpu_ms']:.2f}",
+                 f"{r['cpu_ratio']:.3f}"] for r in rows]
+        C.write_md(C.RESULTS / f"{args.stem}.md", f"ab_core: core {args.new} vs core {args.ref}", env,
                    [("Medians (interleaved, same process)", C.md_table(head, body))])
 
 

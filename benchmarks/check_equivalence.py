@@ -30,20 +30,21 @@ import torch.distributed as dist
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_ref_core(ref: str):
+def load_ref_core(ref: str, name: str = "sat_ref"):
+    """``sat_ext/core`` of git revision ``ref`` imported as the package ``<name>.core``."""
     tmp = Path(tempfile.mkdtemp(prefix="sat_ref_core_"))
-    pkg = tmp / "sat_ref" / "core"
+    pkg = tmp / name / "core"
     pkg.mkdir(parents=True)
-    (tmp / "sat_ref" / "__init__.py").write_text("")
+    (tmp / name / "__init__.py").write_text("")
     names = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{ref}:sat_ext/core"],
                            capture_output=True, text=True, check=True).stdout.split()
-    for name in names:
-        if name.endswith(".py"):
-            src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:sat_ext/core/{name}"],
+    for fname in names:
+        if fname.endswith(".py"):
+            src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:sat_ext/core/{fname}"],
                                  capture_output=True, text=True, check=True).stdout
-            (pkg / name).write_text(src)
+            (pkg / fname).write_text(src)
     sys.path.insert(0, str(tmp))
-    return importlib.import_module("sat_ref.core")
+    return importlib.import_module(f"{name}.core")
 
 
 def bits_equal(a, b) -> bool:
@@ -61,7 +62,7 @@ def bits_equal(a, b) -> bool:
 
 def make_inputs(rng: random.Random, kind: str):
     g = torch.Generator().manual_seed(rng.randrange(1 << 30))
-    b, t = rng.choice([(1, 1), (1, 5), (3, 7), (8, 64), (4, 513), (16, 4096)])
+    b, t = rng.choice([(1, 1), (1, 5), (3, 7), (8, 64), (4, 513), (16, 4096)]) if kind != "big" else (256, 4096)
     scale = rng.choice([0.0, 1e-3, 0.05, 0.3, 3.0, 30.0])
     old = -(torch.rand(b, t, generator=g) * 3 + 0.05)
     d = torch.randn(b, t, generator=g) * scale
@@ -135,8 +136,10 @@ def main(argv=None) -> int:
     ap.add_argument("--ref", default="HEAD")
     ap.add_argument("--cases", type=int, default=600)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--big", type=int, default=6, help="extra cases of 1M tokens")
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     ref = load_ref_core(args.ref)
     import sat_ext.core as new
 
@@ -160,6 +163,17 @@ def main(argv=None) -> int:
         n += 1
         if bad:
             failures.append(f"case {i} ({which}, {kind}, shape {tuple(inputs[0].shape)}, {cfg}): {bad}")
+    # a few micro-batches of 1M tokens (bins with many elements, multi-chunk reductions)
+    for i in range(args.big):
+        inputs = make_inputs(rng, "big")
+        cfg = random_cfg(rng, new, global_ok=True)
+        which = ("token", "gspo")[i % 2]
+        w = torch.rand(inputs[0].shape, generator=torch.Generator().manual_seed(i))
+        bad = compare(run_loss(new, which, cfg.to_dict(), inputs, "token", w),
+                      run_loss(ref, which, cfg.to_dict(), inputs, "token", w))
+        n += 1
+        if bad:
+            failures.append(f"big case {i} ({which}, {cfg}): {bad}")
     # quantile functions on their own
     for i in range(300):
         g = torch.Generator().manual_seed(10_000 + i)
