@@ -10,3 +10,17 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Start the registration tests' fresh interpreters now, so their verl imports overlap other tests."""
+    if any(os.path.basename(str(item.fspath)) == "test_verl_registration.py" for item in items):
+        import _verl_fresh
+
+        _verl_fresh.launch()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    mod = sys.modules.get("_verl_fresh")
+    if mod is not None:
+        mod.kill_leftovers()

@@ -12,81 +12,24 @@ The fresh subprocesses start together (each pays verl's import) and are checked 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 from _verl_helpers import compose, sat_overrides
 
-PY = sys.executable
-PROBE = textwrap.dedent(
-    """
-    import json, sys
-    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R
-    def state():
-        return {n: (R[n].__module__ if n in R else None) for n in ("sat", "sat_gspo")}
-    """
-)
-
-SCRIPTS = {
-    "import_verl": PROBE.replace("from verl.trainer", "import verl\nfrom verl.trainer")
-    + "print(json.dumps({'after_import': state()}))",
-    "target_only": PROBE
-    + textwrap.dedent(
-        """
-        before = state()
-        from omegaconf import OmegaConf
-        from verl.utils.config import omega_conf_to_dataclass
-        node = OmegaConf.create({"_target_": "sat_ext.verl.config.SATPolicyLossConfig", "loss_mode": "sat",
-                                 "sat_quantile": 0.8})
-        cfg = omega_conf_to_dataclass(node)
-        print(json.dumps({"before": before, "after_target": state(), "type": type(cfg).__name__,
-                          "q": cfg.sat_quantile}))
-        """
-    ),
-    "broken_plugin": "import sys\nsys.modules['sat_ext.verl.config'] = None\n"
-    + PROBE.replace("from verl.trainer", "import verl\nfrom verl.trainer")
-    + textwrap.dedent(
-        """
-        try:
-            from verl.trainer.ppo.core_algos import get_policy_loss_fn
-            get_policy_loss_fn("sat")
-            err = None
-        except ValueError as e:
-            err = str(e)
-        print(json.dumps({"after_import": state(), "error": err}))
-        """
-    ),
-    "sat_ext_first": "import sat_ext.verl.config\n" + PROBE + "print(json.dumps({'after_import': state()}))",
-}
-ENVS = {
-    "import_verl": {},
-    "target_only": {"VERL_USE_EXTERNAL_PLUGINS": "none"},
-    "broken_plugin": {},
-    "sat_ext_first": {"VERL_USE_EXTERNAL_MODULES": "sat_ext.verl.plugin"},
-}
 SAT_MODULE = "sat_ext.verl.losses"
 
 
 @pytest.fixture(scope="module")
 def fresh():
-    """Run every script in its own fresh interpreter, concurrently; name -> (rc, json, stderr)."""
-    procs = {}
-    for name, script in SCRIPTS.items():
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
-        env.update(ENVS[name])
-        env["OMP_NUM_THREADS"] = "1"
-        procs[name] = subprocess.Popen([PY, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True, cwd="/")
-    out = {}
-    for name, p in procs.items():
-        stdout, stderr = p.communicate(timeout=300)
-        last = [ln for ln in stdout.splitlines() if ln.startswith("{")]
-        out[name] = (p.returncode, json.loads(last[-1]) if last else None, stderr)
-    return out
+    """Every script of _verl_fresh in its own fresh interpreter (started concurrently, possibly already at
+    collection by conftest.py); name -> (returncode, json, stderr)."""
+    import _verl_fresh
+
+    try:
+        yield _verl_fresh.results()
+    finally:
+        _verl_fresh.kill_leftovers()
 
 
 def test_import_verl_registers_both_losses(fresh):

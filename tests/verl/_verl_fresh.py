@@ -1,0 +1,101 @@
+"""Fresh interpreters for test_verl_registration.py, started early so that they overlap other tests.
+
+conftest.py starts them right after collection when a registration test is selected (the verl import in
+each fresh process costs seconds of CPU; the in-process tests mostly leave the second core idle). Output goes
+to temporary files, not pipes, so nothing blocks while nobody reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+PY = sys.executable
+PROBE = textwrap.dedent(
+    """
+    import json, sys
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R
+    def state():
+        return {n: (R[n].__module__ if n in R else None) for n in ("sat", "sat_gspo")}
+    """
+)
+
+SCRIPTS = {
+    "import_verl": PROBE.replace("from verl.trainer", "import verl\nfrom verl.trainer")
+    + "print(json.dumps({'after_import': state()}))",
+    "target_only": PROBE
+    + textwrap.dedent(
+        """
+        before = state()
+        from omegaconf import OmegaConf
+        from verl.utils.config import omega_conf_to_dataclass
+        node = OmegaConf.create({"_target_": "sat_ext.verl.config.SATPolicyLossConfig", "loss_mode": "sat",
+                                 "sat_quantile": 0.8})
+        cfg = omega_conf_to_dataclass(node)
+        print(json.dumps({"before": before, "after_target": state(), "type": type(cfg).__name__,
+                          "q": cfg.sat_quantile}))
+        """
+    ),
+    "broken_plugin": "import sys\nsys.modules['sat_ext.verl.config'] = None\n"
+    + PROBE.replace("from verl.trainer", "import verl\nfrom verl.trainer")
+    + textwrap.dedent(
+        """
+        try:
+            from verl.trainer.ppo.core_algos import get_policy_loss_fn
+            get_policy_loss_fn("sat")
+            err = None
+        except ValueError as e:
+            err = str(e)
+        print(json.dumps({"after_import": state(), "error": err}))
+        """
+    ),
+    "sat_ext_first": "import sat_ext.verl.config\n" + PROBE + "print(json.dumps({'after_import': state()}))",
+}
+ENVS = {
+    "import_verl": {},
+    "target_only": {"VERL_USE_EXTERNAL_PLUGINS": "none"},
+    "broken_plugin": {},
+    "sat_ext_first": {"VERL_USE_EXTERNAL_MODULES": "sat_ext.verl.plugin"},
+}
+
+_procs: dict = {}
+
+
+def launch() -> None:
+    """Start every script once (idempotent)."""
+    if _procs:
+        return
+    for name, script in SCRIPTS.items():
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
+        env.update(ENVS[name])
+        env["OMP_NUM_THREADS"] = "1"
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        proc = subprocess.Popen([PY, "-c", script], env=env, stdout=out, stderr=err, text=True, cwd="/")
+        _procs[name] = (proc, out, err)
+
+
+def results(timeout: float = 300) -> dict:
+    """name -> (returncode, last JSON line of stdout or None, stderr)."""
+    launch()
+    res = {}
+    for name, (proc, out, err) in _procs.items():
+        proc.wait(timeout=timeout)
+        out.seek(0)
+        err.seek(0)
+        last = [ln for ln in out.read().splitlines() if ln.startswith("{")]
+        res[name] = (proc.returncode, json.loads(last[-1]) if last else None, err.read())
+    return res
+
+
+def kill_leftovers() -> None:
+    for proc, out, err in _procs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.close()
+        err.close()
+    _procs.clear()
