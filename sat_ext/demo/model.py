@@ -142,7 +142,8 @@ def token_log_probs(model: torch.nn.Module, prompts: torch.Tensor, responses: to
 @torch.no_grad()
 def sample(model: torch.nn.Module, prompts: torch.Tensor, response_len: int, generator: torch.Generator,
            temperature: float = 1.0, greedy: bool = False) -> torch.Tensor:
-    """(n, response_len) sampled tokens; positions after the first ``<eos>`` are ``<pad>``."""
+    """(n, response_len) sampled tokens; positions after the first ``<eos>`` are ``<pad>``. Stops early once
+    every row has ended (for evaluation; the rollout engine uses :func:`sample_and_score`)."""
     seq = prompts
     for _ in range(response_len):
         logits = model(input_ids=seq, use_cache=False).logits[:, -1].float()
@@ -158,6 +159,30 @@ def sample(model: torch.nn.Module, prompts: torch.Tensor, response_len: int, gen
         pad = torch.full((resp.shape[0], response_len - resp.shape[1]), VOCAB.pad, dtype=resp.dtype)
         resp = torch.cat([resp, pad], dim=1)
     return torch.where(response_mask(resp), resp, torch.full_like(resp, VOCAB.pad))
+
+
+@torch.no_grad()
+def sample_and_score(model: torch.nn.Module, prompts: torch.Tensor, response_len: int, generator: torch.Generator,
+                     temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``response_len`` tokens (``<pad>`` after ``<eos>``) and return them with their log-probs.
+
+    The log-probs come from the last decoding pass, whose input is exactly the teacher-forcing input
+    ``prompt + response[:-1]`` the trainer scores, so an engine without mismatch reproduces the trainer's
+    log-probs bit for bit, and the engine's own log-probs cost no extra forward pass.
+    """
+    P = prompts.shape[1]
+    seq = prompts
+    done = torch.zeros(prompts.shape[0], 1, dtype=torch.bool)
+    logits = None
+    for _ in range(response_len):
+        logits = model(input_ids=seq, use_cache=False).logits
+        nxt = torch.multinomial(torch.softmax(logits[:, -1].float() / temperature, dim=-1), 1, generator=generator)
+        nxt = torch.where(done, torch.full_like(nxt, VOCAB.pad), nxt)
+        done = done | (nxt == VOCAB.eos)
+        seq = torch.cat([seq, nxt], dim=1)
+    responses = seq[:, P:]
+    lp = torch.log_softmax(logits[:, P - 1:].float() / temperature, dim=-1)
+    return responses, lp.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
 
 
 @torch.no_grad()
@@ -205,8 +230,7 @@ class RolloutEngine:
     def generate(self, prompts: torch.Tensor, response_len: int, generator: torch.Generator,
                  temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample responses and score them with the engine: (responses, rollout log-probs float32)."""
-        responses = sample(self.model, prompts, response_len, generator, temperature)
-        return responses, token_log_probs(self.model, prompts, responses, temperature)
+        return sample_and_score(self.model, prompts, response_len, generator, temperature)
 
     @torch.no_grad()
     def log_probs(self, prompts: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

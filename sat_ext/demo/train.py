@@ -68,7 +68,7 @@ class RunSpec:
     grad_clip: float = 1.0
     temperature: float = 1.0
     mismatch: Mismatch = Mismatch()
-    prefetch: int = 0
+    prefetch: int = 1
     over_bound: str = "drop"
     latency_mean: float = 0.0
     eval_every: int = 10
@@ -135,7 +135,7 @@ def evaluate(policy: torch.nn.Module, task: AdditionTask, prompts: torch.Tensor,
 
 def warm_start(spec: WarmStartSpec) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """Train the random policy on correct answers for ``spec.steps`` steps; returns (state_dict, stats)."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     task = AdditionTask(spec.max_operand)
     policy = build_policy(spec.model, seed=spec.seed)
     g = torch.Generator().manual_seed(1_000 + spec.seed)
@@ -162,6 +162,7 @@ def warm_start(spec: WarmStartSpec) -> tuple[dict[str, torch.Tensor], dict[str, 
         "greedy_reward": evaluate(policy, task, ep, eprobs, eg, greedy=True),
         "sampled_reward": evaluate(policy, task, ep, eprobs, eg),
         "wall_s": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - c0,
     }
     return {k: v.detach().clone() for k, v in policy.state_dict().items()}, stats
 
@@ -210,7 +211,7 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
     """Train one run; ``progress(1)`` is called after every trainer step."""
     from sat_ext.lag import LagController, VersionSpan
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     task = AdditionTask(spec.warm.max_operand)
     if warm_state is None:
         warm_state, _ = warm_start(spec.warm)
@@ -312,6 +313,7 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
         if progress is not None:
             progress(1)
     totals["producer_idle_ticks"] = float(producer_idle_ticks)
+    totals["cpu_s"] = time.process_time() - c0
     totals["dropped"] = float(history[-1].get("lag/dropped_total", 0.0)) if history else 0.0
     totals["regenerated"] = float(history[-1].get("lag/regenerated_total", 0.0)) if history else 0.0
     return RunResult(spec, history, evals, lag_counts, totals, time.perf_counter() - t0)
@@ -344,7 +346,7 @@ def _train_step(spec: RunSpec, policy, opt, params, loss_fn, groups: list, kind:
             if torch.isfinite(gn):
                 opt.step()
             grad_norms.append(float(gn))
-        loss_sum += float(loss)
+        loss_sum += float(loss.detach())
         n_mb += 1
         for k, v in metrics.items():
             sums[k] = sums.get(k, 0.0) + float(v)

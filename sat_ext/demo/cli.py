@@ -1,0 +1,446 @@
+"""``sat-ext demo`` / ``python -m sat_ext.demo``: the lag sweep, its progress bars and its output files.
+
+Stages: (1) one supervised warm start per seed (cached on disk, keyed by its settings); (2) one RL run per
+(loss, lag, seed), in a process pool of ``--jobs`` workers with ``--threads`` torch threads each; (3) the
+table, plots and summary in ``--out``. Every run is deterministic for its settings and seed, whatever
+``--jobs`` is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import queue
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Callable
+
+DEFAULT_LAGS = (1, 4, 8, 16)
+QUICK = dict(lags=(1, 8), seeds=1, steps=40, eval_every=10, eval_size=128)
+WARM_FORMAT = 1  # bump when the warm start's code changes, so old cache files are not reused
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _str_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sat-ext demo",
+        description="Asynchronous RL with policy lag on one CPU: a tiny Qwen3-MoE learns two-digit addition "
+                    "while its rollout copy lags the trainer; SAT against GRPO, GSPO and DPPO-TV.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("sweep")
+    g.add_argument("--quick", action="store_true",
+                   help="CI form: lags 1,8, one seed, 40 steps, GRPO and SAT-GRPO only (other flags still apply)")
+    g.add_argument("--out", default="demo_out", help="output directory")
+    g.add_argument("--losses", type=_str_list, default=None,
+                   help="comma list of vanilla,gspo,dppo_tv,sat,sat_gspo (default: all that the backend has)")
+    g.add_argument("--lags", type=_int_list, default=None, help="comma list of lags (default 1,4,8,16)")
+    g.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default 2)")
+    g.add_argument("--mode", choices=("interval", "bounded"), default="interval",
+                   help="interval: weights reach the rollout copy every <lag> steps (the paper's lag k); "
+                        "bounded: a sync every step and no consumed sample older than <lag> (max_lag)")
+    g.add_argument("--steps", type=int, default=None, help="trainer steps per run (default 150)")
+    g.add_argument("--backend", choices=("auto", "verl", "core"), default="auto",
+                   help="verl: losses from verl's registry, GRPO advantages from verl; core: sat_ext.core, SAT only")
+    g.add_argument("--jobs", type=int, default=None, help="worker processes (default: number of CPU cores, at most 4)")
+    g.add_argument("--threads", type=int, default=1, help="torch threads per worker")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g.add_argument("--cache-dir", default=None,
+                   help="where warm starts are cached (default: $XDG_CACHE_HOME/sat_ext/demo or ~/.cache/...)")
+    g.add_argument("--no-cache", action="store_true", help="always redo the warm start")
+    r = p.add_argument_group("RL")
+    r.add_argument("--lr", type=float, default=3e-4)
+    r.add_argument("--prompts-per-step", type=int, default=8, help="prompt groups per trainer step")
+    r.add_argument("--group-size", type=int, default=8, help="responses per prompt (GRPO group)")
+    r.add_argument("--mini-batches", type=int, default=2, help="optimizer updates per trainer step")
+    r.add_argument("--temperature", type=float, default=1.0)
+    r.add_argument("--eval-every", type=int, default=None, help="steps between evaluations (default 10)")
+    r.add_argument("--eval-size", type=int, default=None, help="held-out problems per evaluation (default 256)")
+    r.add_argument("--gspo-eps", type=float, nargs=2, default=(3e-4, 4e-4), metavar=("LOW", "HIGH"),
+                   help="GSPO / SAT-GSPO sequence clip radii")
+    a = p.add_argument_group("asynchrony and mismatch")
+    a.add_argument("--prefetch", type=int, default=1,
+                   help="interval mode: trainer steps the rollout generates ahead (1 = generation of step s+1 "
+                        "overlaps training of step s, so lag k gives sample lags 1..k steps; 0 gives 0..k-1)")
+    a.add_argument("--over-bound", choices=("drop", "regenerate"), default="drop",
+                   help="bounded mode: what happens to a sample that still exceeds max_lag")
+    a.add_argument("--latency-mean", type=float, default=None,
+                   help="mean generation latency of a prompt group in trainer steps (geometric; default 0 in "
+                        "interval mode, 1 in bounded mode, where slow groups can exceed the bound)")
+    a.add_argument("--engine", choices=("bf16", "fp32"), default="bf16",
+                   help="rollout engine precision (the trainer is float32)")
+    a.add_argument("--route-noise", type=float, default=0.1,
+                   help="MoE routing mismatch: scale of the fixed perturbation of the rollout routers' logits")
+    a.add_argument("--rollout-top-k", type=int, default=None, help="experts per token on the rollout side")
+    a.add_argument("--no-mismatch", action="store_true", help="rollout = trainer numerics (fp32, same routing)")
+    w = p.add_argument_group("warm start")
+    w.add_argument("--sft-target", type=float, default=0.35, help="stop the warm start at this sampled reward")
+    w.add_argument("--sft-max-steps", type=int, default=2000)
+    w.add_argument("--max-operand", type=int, default=100, help="operands are 0..max_operand-1")
+    return p
+
+
+# --------------------------------------------------------------------------- worker side
+
+_PROGRESS = None
+
+
+def _init_worker(progress_queue, threads: int) -> None:
+    global _PROGRESS
+    _PROGRESS = progress_queue
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*requires_grad=True to a scalar.*")
+
+
+def _report(n: int) -> None:
+    if _PROGRESS is not None:
+        _PROGRESS.put(n)
+
+
+def _warm_job(spec, cache_path: str | None):
+    import torch
+
+    from .train import warm_start
+
+    if cache_path and os.path.exists(cache_path):
+        blob = torch.load(cache_path, weights_only=False)
+        return blob["state"], {**blob["stats"], "cached": 1.0}
+    state, stats = warm_start(spec)
+    if cache_path:
+        tmp = f"{cache_path}.{os.getpid()}.tmp"
+        torch.save({"state": state, "stats": stats, "spec": dataclasses.asdict(spec)}, tmp)
+        os.replace(tmp, cache_path)
+    return state, {**stats, "cached": 0.0}
+
+
+def _run_job(spec, warm_state):
+    from .train import run
+
+    try:
+        return run(spec, warm_state, progress=_report)
+    except Exception as e:  # a failed run is reported in the table, not fatal for the sweep
+        import traceback
+
+        from .train import RunResult
+
+        return RunResult(spec, [], [], {}, {}, 0.0, error=f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+
+
+# --------------------------------------------------------------------------- driver side
+
+def _cache_dir(args) -> Path | None:
+    if args.no_cache:
+        return None
+    if args.cache_dir:
+        return Path(args.cache_dir)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sat_ext" / "demo"
+
+
+def _warm_key(spec) -> str:
+    import torch
+    import transformers
+
+    blob = json.dumps({"spec": dataclasses.asdict(spec), "format": WARM_FORMAT, "torch": torch.__version__,
+                       "transformers": transformers.__version__}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class _Runner:
+    """Runs jobs in-process (jobs=1) or in a spawn process pool, feeding one step counter to a callback."""
+
+    def __init__(self, jobs: int, threads: int):
+        self.jobs = jobs
+        self.threads = threads
+        self.pool = None
+        self.queue = None
+        if jobs > 1:
+            import multiprocessing as mp
+
+            ctx = mp.get_context("spawn")
+            self.queue = ctx.Queue()
+            self.pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                                            initargs=(self.queue, threads))
+
+    def map(self, fn: Callable, arglist: list[tuple], on_done: Callable[[int, Any], None],
+            on_progress: Callable[[int], None]) -> list:
+        results: list = [None] * len(arglist)
+        if self.pool is None:
+            global _PROGRESS
+            import torch
+
+            old = torch.get_num_threads()
+            torch.set_num_threads(self.threads)
+
+            class _Direct:
+                def put(self, n):
+                    on_progress(n)
+
+            _PROGRESS = _Direct()
+            try:
+                for i, a in enumerate(arglist):
+                    results[i] = fn(*a)
+                    on_done(i, results[i])
+            finally:
+                _PROGRESS = None
+                torch.set_num_threads(old)
+            return results
+        futures: dict[Future, int] = {self.pool.submit(fn, *a): i for i, a in enumerate(arglist)}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            self._drain(on_progress)
+            for f in done:
+                i = futures[f]
+                results[i] = f.result()
+                on_done(i, results[i])
+        self._drain(on_progress)
+        return results
+
+    def _drain(self, on_progress) -> None:
+        while True:
+            try:
+                on_progress(self.queue.get_nowait())
+            except queue.Empty:
+                return
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _bar(total: int, desc: str, disable: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, disable=disable, dynamic_ncols=True, leave=True, file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    t_start = time.perf_counter()
+
+    from .losses import LABELS, LOSSES, available_losses, backend, default_settings
+    from .model import Mismatch, ModelConfig
+    from .train import RunSpec, WarmStartSpec
+
+    try:
+        kind = backend(None if args.backend == "auto" else args.backend == "verl")
+    except RuntimeError as e:
+        print(f"sat-ext demo: {e}", file=sys.stderr)
+        return 2
+    have = available_losses(kind)
+    if args.losses is not None:
+        losses = args.losses
+    elif args.quick:
+        losses = ["vanilla", "sat"] if kind == "verl" else ["sat"]
+    else:
+        losses = list(have)
+    bad = [l for l in losses if l not in LOSSES]
+    if bad:
+        print(f"sat-ext demo: unknown loss(es) {bad}; known: {list(LOSSES)}", file=sys.stderr)
+        return 2
+    missing = [l for l in losses if l not in have]
+    notes: list[str] = []
+    if missing:
+        msg = (f"verl is not installed: skipping {missing} (only {list(have)} run on sat_ext.core; "
+               f"`pip install verl==0.9.1` for the baselines)")
+        print(f"sat-ext demo: {msg}", file=sys.stderr)
+        notes.append(msg)
+        losses = [l for l in losses if l in have]
+        if not losses:
+            return 2
+    if kind == "core":
+        notes.append("backend: sat_ext.core (verl not used): SAT losses with a local aggregation, GRPO advantages "
+                     "computed by the demo itself")
+    lags = args.lags or list(QUICK["lags"] if args.quick else DEFAULT_LAGS)
+    n_seeds = args.seeds if args.seeds is not None else (QUICK["seeds"] if args.quick else 2)
+    steps = args.steps if args.steps is not None else (QUICK["steps"] if args.quick else 150)
+    eval_every = args.eval_every or (QUICK["eval_every"] if args.quick else 10)
+    eval_size = args.eval_size or (QUICK["eval_size"] if args.quick else 256)
+    if n_seeds < 1 or steps < 1:
+        print("sat-ext demo: --seeds and --steps must be >= 1", file=sys.stderr)
+        return 2
+    latency = args.latency_mean if args.latency_mean is not None else (1.0 if args.mode == "bounded" else 0.0)
+    mismatch = Mismatch() if args.no_mismatch else Mismatch(args.engine, args.route_noise, args.rollout_top_k)
+    settings = default_settings(tuple(args.gspo_eps))
+    jobs = args.jobs or max(1, min(os.cpu_count() or 1, 4))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    warm_specs = [WarmStartSpec(seed=s, target=args.sft_target, max_steps=args.sft_max_steps,
+                                max_operand=args.max_operand, model=ModelConfig()) for s in range(n_seeds)]
+    try:
+        specs = [RunSpec(loss=l, lag=k, seed=s, setting=settings[l], backend=kind, mode=args.mode, steps=steps,
+                         prompts_per_step=args.prompts_per_step, group_size=args.group_size,
+                         mini_batches=args.mini_batches, lr=args.lr, temperature=args.temperature,
+                         mismatch=mismatch, prefetch=args.prefetch if args.mode == "interval" else 0, over_bound=args.over_bound,
+                         latency_mean=latency, eval_every=eval_every, eval_size=eval_size, warm=warm_specs[s])
+                 for l in losses for k in lags for s in range(n_seeds)]
+    except ValueError as e:
+        print(f"sat-ext demo: {e}", file=sys.stderr)
+        return 2
+
+    lag_word = "interval k (weights to the rollout copy every k steps)" if args.mode == "interval" \
+        else "max_lag L (sync every step, no consumed sample older than L)"
+    print(f"sat-ext demo: {len(specs)} runs = {len(losses)} losses x {len(lags)} lags x {n_seeds} seeds, "
+          f"{steps} steps each; backend {kind}; lag = {lag_word}; rollout mismatch: {mismatch.describe()}; "
+          f"{jobs} worker(s) x {args.threads} thread(s); output {out}/", file=sys.stderr)
+
+    cache = _cache_dir(args)
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+    runner = _Runner(jobs, args.threads)
+    try:
+        # Stage 1: warm starts (one per seed).
+        t_warm = time.perf_counter()
+        bar = _bar(len(warm_specs), "warm start (supervised)", args.no_progress)
+        warm_args = [(ws, str(cache / f"warm-{_warm_key(ws)}.pt") if cache else None) for ws in warm_specs]
+        warm = runner.map(_warm_job, warm_args, on_done=lambda i, r: bar.update(1), on_progress=lambda n: None)
+        bar.close()
+        warm_wall = time.perf_counter() - t_warm
+        warm_stats = [w[1] for w in warm]
+        for s, st in enumerate(warm_stats):
+            print(f"  seed {s}: warm start {int(st['sft_steps'])} steps, sampled reward {st['sampled_reward']:.3f}, "
+                  f"greedy {st['greedy_reward']:.3f}" + (" (cached)" if st.get("cached") else
+                                                         f" ({st['wall_s']:.0f}s)"), file=sys.stderr)
+        # Stage 2: the RL runs.
+        t_rl = time.perf_counter()
+        bar = _bar(len(specs) * steps, "RL steps (all runs)", args.no_progress)
+        done_bar_runs = [0]
+
+        def on_done(i, r):
+            done_bar_runs[0] += 1
+            bar.set_postfix_str(f"runs {done_bar_runs[0]}/{len(specs)}", refresh=False)
+
+        results = runner.map(_run_job, [(sp, warm[sp.seed][0]) for sp in specs], on_done=on_done,
+                             on_progress=bar.update)
+        bar.close()
+        rl_wall = time.perf_counter() - t_rl
+    finally:
+        runner.close()
+
+    failed = [r for r in results if r.error is not None]
+    for r in failed:
+        print(f"sat-ext demo: run {r.spec.run_id} FAILED: {r.error}", file=sys.stderr)
+    ok = [r for r in results if r.error is None]
+    wall = time.perf_counter() - t_start
+    try:
+        load = "%.1f/%.1f/%.1f" % os.getloadavg()
+    except OSError:
+        load = "n/a"
+    timing = {"total_s": wall, "warm_start_s": warm_wall, "rl_s": rl_wall, "jobs": jobs, "threads": args.threads,
+              "warm_cpu_s": sum(w.get("cpu_s", 0.0) for w in warm_stats if not w.get("cached")),
+              "rl_cpu_s": sum(r.totals.get("cpu_s", 0.0) for r in ok), "load_avg": load}
+    write_outputs(out, ok, losses, lags, args, kind, mismatch, warm_stats, notes, failed, timing)
+    print((out / "summary.md").read_text())
+    print(f"sat-ext demo: wrote {out}/ (results.csv, results.md, summary.md, *.png) in {wall:.0f}s",
+          file=sys.stderr)
+    return 1 if failed else 0
+
+
+def write_outputs(out: Path, results, losses, lags, args, kind, mismatch, warm_stats, notes, failed, timing) -> None:
+    import torch
+    import transformers
+
+    from . import report
+
+    rows = report.table_rows(results, losses, lags)
+    report.write_tables(rows, out)
+    pngs = []
+    if results:
+        pngs.append(report.plot_reward_curves(results, losses, lags, out))
+        pngs.append(report.plot_final_vs_lag(rows, out))
+        p = report.plot_sat_diagnostics(results, lags, out)
+        if p is not None:
+            pngs.append(p)
+        pngs.append(report.plot_lag_histogram(results, lags, out))
+    spec = results[0].spec if results else None
+    try:
+        import verl
+
+        verl_version = verl.__version__
+    except Exception:
+        verl_version = None
+    header = [
+        "# sat-ext demo: summary",
+        "",
+        f"Command: `{' '.join(['sat-ext', 'demo', *args.argv])}`",
+        f"Wall time {timing['total_s']:.0f}s (warm start {timing['warm_start_s']:.0f}s, RL {timing['rl_s']:.0f}s) "
+        f"with {timing['jobs']} worker(s) x {timing['threads']} thread(s) on {os.cpu_count()} cores; "
+        f"torch {torch.__version__}, transformers {transformers.__version__}, verl {verl_version or 'not installed'}; "
+        f"CPU time {timing['warm_cpu_s'] + timing['rl_cpu_s']:.0f}s (warm start {timing['warm_cpu_s']:.0f}s, RL "
+        f"{timing['rl_cpu_s']:.0f}s; machine load average at the end {timing['load_avg']}).",
+    ]
+    if spec is not None:
+        header.append(
+            f"Setup: {spec.mode} mode, lags {', '.join(map(str, lags))}; {spec.steps} trainer steps x "
+            f"{spec.prompts_per_step} prompts x {spec.group_size} samples, {spec.mini_batches} updates/step, AdamW "
+            f"lr {spec.lr:g}; rollout mismatch: {mismatch.describe()}; losses from "
+            + ("verl's registry (get_policy_loss_fn) with GRPO advantages from verl" if kind == "verl"
+               else "sat_ext.core") + ".")
+        header.append("Losses: " + "; ".join(f"{report.r_label(l)} ({results_setting(results, l)})" for l in losses) + ".")
+    header += [f"Note: {n}" for n in notes]
+    if failed:
+        header.append(f"FAILED runs: {', '.join(r.spec.run_id for r in failed)} (see stderr).")
+    header.append("")
+    (out / "summary.md").write_text(report.summarize(rows, header, eval_size=spec.eval_size if spec else 256))
+    with (out / "history.jsonl").open("w") as f:
+        for r in results:
+            f.write(json.dumps({"run": r.spec.run_id, "loss": r.spec.loss, "lag": r.spec.lag, "seed": r.spec.seed,
+                                "evals": r.evals, "lag_counts": {str(k): v for k, v in sorted(r.lag_counts.items())},
+                                "totals": r.totals, "wall_s": r.wall_s, "history": r.history}) + "\n")
+    with (out / "runs.csv").open("w") as f:
+        f.write("run,loss,lag,seed,start,final,best,wall_s,cpu_s\n")
+        for r in results:
+            f.write(f"{r.spec.run_id},{r.spec.loss},{r.spec.lag},{r.spec.seed},{r.evals[0][1]:.4f},{r.final:.4f},"
+                    f"{r.best:.4f},{r.wall_s:.1f},{r.totals.get('cpu_s', float('nan')):.1f}\n")
+    manifest = {
+        "args": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()},
+        "backend": kind, "losses": losses, "lags": lags, "timing": timing, "warm_starts": warm_stats,
+        "platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+        "transformers": transformers.__version__, "verl": verl_version,
+        "run_spec_example": dataclasses.asdict(spec) if spec is not None else None,
+        "files": sorted(p.name for p in pngs) + ["results.csv", "results.md", "summary.md", "runs.csv",
+                                                   "history.jsonl"],
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
+
+
+def results_setting(results, loss: str) -> str:
+    for r in results:
+        if r.spec.loss == loss:
+            return r.spec.setting.describe()
+    return ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,392 @@
+"""The demo's outputs: the results table (CSV + markdown), the PNG plots and the text summary.
+
+Every number comes from :class:`~sat_ext.demo.train.RunResult`\\ s; "reward" is the exact-match reward of
+the trainer's own policy (float32, sampled at the run's temperature) on a fixed held-out set, "final" the
+mean of its last three evaluations and "best" its maximum, each then averaged over seeds (spread: the
+sample standard deviation over seeds, 0 with one seed).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from .losses import LABELS, SAT_LOSSES
+from .train import RunResult
+
+COLORS = {"vanilla": "#1f77b4", "gspo": "#ff7f0e", "dppo_tv": "#2ca02c", "sat": "#d62728", "sat_gspo": "#9467bd"}
+TABLE_FIELDS = (
+    "loss", "label", "mode", "lag", "seeds", "start_reward", "final_mean", "final_std", "best_mean", "best_std",
+    "gain_mean", "lag_steps_mean", "lag_steps_max", "abs_log_ratio_mean", "abs_log_ratio_p99", "clipfrac",
+    "sat_gate_rate", "sat_radius_low", "sat_radius_high", "sat_newly_clipped", "dropped", "regenerated",
+    "nonfinite_steps", "wall_s",
+)
+
+
+def _std(xs: list[float]) -> float:
+    return float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+
+
+def _hmean(r: RunResult, key: str) -> float:
+    vals = [h[key] for h in r.history if key in h and math.isfinite(h[key])]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def group_runs(results: Iterable[RunResult]) -> dict[tuple[str, int], list[RunResult]]:
+    groups: dict[tuple[str, int], list[RunResult]] = defaultdict(list)
+    for r in results:
+        groups[(r.spec.loss, r.spec.lag)].append(r)
+    return groups
+
+
+def table_rows(results: list[RunResult], losses: list[str], lags: list[int]) -> list[dict]:
+    """One row per (loss, lag) in the given order, with the seed mean and spread."""
+    groups = group_runs(results)
+    rows = []
+    for loss in losses:
+        for lag in lags:
+            runs = [r for r in groups.get((loss, lag), []) if r.error is None]
+            if not runs:
+                continue
+            finals, bests = [r.final for r in runs], [r.best for r in runs]
+            starts = [r.evals[0][1] for r in runs]
+            lag_max = max(max(r.lag_counts) for r in runs if r.lag_counts)
+            n_lag = sum(sum(r.lag_counts.values()) for r in runs)
+            lag_mean = sum(k * v for r in runs for k, v in r.lag_counts.items()) / max(n_lag, 1)
+            sat = loss in SAT_LOSSES
+            rows.append({
+                "loss": loss, "label": LABELS.get(loss, loss), "mode": runs[0].spec.mode, "lag": lag,
+                "seeds": len(runs), "start_reward": float(np.mean(starts)),
+                "final_mean": float(np.mean(finals)), "final_std": _std(finals),
+                "best_mean": float(np.mean(bests)), "best_std": _std(bests),
+                "gain_mean": float(np.mean(finals) - np.mean(starts)),
+                "lag_steps_mean": lag_mean, "lag_steps_max": float(lag_max),
+                "abs_log_ratio_mean": float(np.mean([_hmean(r, "abs_log_ratio/mean") for r in runs])),
+                "abs_log_ratio_p99": float(np.mean([_hmean(r, "abs_log_ratio/p99") for r in runs])),
+                "clipfrac": float(np.mean([_hmean(r, "actor/pg_clipfrac") for r in runs])),
+                "sat_gate_rate": float(np.mean([_hmean(r, "actor/sat/gate_rate") for r in runs])) if sat else float("nan"),
+                "sat_radius_low": float(np.mean([_hmean(r, "actor/sat/radius_low_mean") for r in runs])) if sat else float("nan"),
+                "sat_radius_high": float(np.mean([_hmean(r, "actor/sat/radius_high_mean") for r in runs])) if sat else float("nan"),
+                "sat_newly_clipped": float(np.mean([_hmean(r, "actor/sat/newly_clipped_frac") for r in runs])) if sat else float("nan"),
+                "dropped": float(np.mean([r.totals.get("dropped", 0.0) for r in runs])),
+                "regenerated": float(np.mean([r.totals.get("regenerated", 0.0) for r in runs])),
+                "nonfinite_steps": float(np.mean([r.totals.get("nonfinite_steps", 0.0) for r in runs])),
+                "wall_s": float(np.mean([r.wall_s for r in runs])),
+            })
+    return rows
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    return "nan" if not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def write_tables(rows: list[dict], out: Path) -> tuple[Path, Path]:
+    csv_path, md_path = out / "results.csv", out / "results.md"
+    with csv_path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=TABLE_FIELDS)
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+    lags = sorted({r["lag"] for r in rows})
+    losses = list(dict.fromkeys(r["loss"] for r in rows))
+    by = {(r["loss"], r["lag"]): r for r in rows}
+    seeds = max((r["seeds"] for r in rows), default=0)
+    mode = rows[0]["mode"] if rows else "interval"
+    lag_name = "interval k" if mode == "interval" else "max_lag L"
+    lines = [f"Final eval reward (mean of the last 3 evaluations), mean ± std over {seeds} seed(s); "
+             f"lag = {lag_name} ({mode} mode). Start (warm-start) reward: "
+             + ", ".join(sorted({_fmt(r['start_reward']) for r in rows})) + ".", ""]
+    lines.append("| loss | " + " | ".join(f"lag {k}" for k in lags) + " |")
+    lines.append("|---|" + "---|" * len(lags))
+    for loss in losses:
+        cells = []
+        for k in lags:
+            r = by.get((loss, k))
+            cells.append("—" if r is None else f"{_fmt(r['final_mean'])} ± {_fmt(r['final_std'])}")
+        lines.append(f"| {LABELS.get(loss, loss)} | " + " | ".join(cells) + " |")
+    lines += ["", "Per loss and lag: final and best reward (mean ± std over seeds), consumed lag in trainer steps "
+              "(mean / max), staleness |log r| (mean / p99 per step, averaged), clip fraction, SAT gate rate and "
+              "mean effective radii (lower / upper).", ""]
+    lines.append("| loss | lag | seeds | final | best | lag mean / max | abs log r mean / p99 | clipfrac | "
+                 "SAT gate | SAT radius lo / hi | dropped |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        sat = r["loss"] in SAT_LOSSES
+        lines.append(
+            f"| {r['label']} | {r['lag']} | {r['seeds']} | {_fmt(r['final_mean'])} ± {_fmt(r['final_std'])} | "
+            f"{_fmt(r['best_mean'])} ± {_fmt(r['best_std'])} | {r['lag_steps_mean']:.1f} / {r['lag_steps_max']:.0f} | "
+            f"{_fmt(r['abs_log_ratio_mean'])} / {_fmt(r['abs_log_ratio_p99'])} | {_fmt(r['clipfrac'])} | "
+            + (f"{_fmt(r['sat_gate_rate'])} | {r['sat_radius_low']:.3g} / {r['sat_radius_high']:.3g}" if sat else "— | —")
+            + f" | {r['dropped']:.0f} |"
+        )
+    md_path.write_text("\n".join(lines) + "\n")
+    return csv_path, md_path
+
+
+# --------------------------------------------------------------------------- plots
+
+def _smooth(y: np.ndarray, w: int) -> np.ndarray:
+    if w <= 1 or len(y) < w:
+        return y
+    kernel = np.ones(w) / w
+    pad = np.concatenate([np.full(w // 2, y[0]), y, np.full(w - 1 - w // 2, y[-1])])
+    return np.convolve(pad, kernel, mode="valid")
+
+
+def _series(runs: list[RunResult], key: str) -> tuple[np.ndarray, np.ndarray]:
+    steps = np.array([h["step"] for h in runs[0].history])
+    ys = np.array([[h.get(key, np.nan) for h in r.history] for r in runs], dtype=float)
+    return steps, np.nanmean(ys, axis=0)
+
+
+def plot_reward_curves(results: list[RunResult], losses: list[str], lags: list[int], out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    groups = group_runs(results)
+    fig, axes = plt.subplots(1, len(lags), figsize=(4.2 * len(lags), 3.6), sharey=True, squeeze=False)
+    for ax, lag in zip(axes[0], lags):
+        start = None
+        for loss in losses:
+            runs = [r for r in groups.get((loss, lag), []) if r.error is None]
+            if not runs:
+                continue
+            steps = np.array([s for s, _ in runs[0].evals])
+            ys = np.array([[v for _, v in r.evals] for r in runs])
+            mean = ys.mean(0)
+            sat = loss in SAT_LOSSES
+            ax.plot(steps, mean, color=COLORS.get(loss), label=LABELS.get(loss, loss), lw=2.0 if sat else 1.4,
+                    ls="-" if sat else "--", marker="o" if sat else None, ms=2.5)
+            if len(runs) > 1:
+                ax.fill_between(steps, ys.min(0), ys.max(0), color=COLORS.get(loss), alpha=0.12)
+            start = mean[0]
+        if start is not None:
+            ax.axhline(start, color="grey", ls=":", lw=1)
+        mode = results[0].spec.mode
+        ax.set_title(f"lag {lag} ({'sync every' if mode == 'interval' else 'max lag'} {lag})")
+        ax.set_xlabel("trainer step")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("eval reward (exact match)")
+    axes[0][-1].legend(loc="lower right", fontsize=8)
+    fig.suptitle("Reward of the trainer's policy by lag (mean over seeds, band = min..max; dotted = warm start)",
+                 fontsize=10)
+    fig.tight_layout()
+    path = out / "reward_curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_final_vs_lag(rows: list[dict], out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    losses = list(dict.fromkeys(r["loss"] for r in rows))
+    lags = sorted({r["lag"] for r in rows})
+    offsets = np.linspace(-0.12, 0.12, max(len(losses), 1))
+    for off, loss in zip(offsets, losses):
+        rs = sorted((r for r in rows if r["loss"] == loss), key=lambda r: r["lag"])
+        x = np.array([lags.index(r["lag"]) for r in rs]) + off
+        ax.errorbar(x, [r["final_mean"] for r in rs], yerr=[r["final_std"] for r in rs], marker="o", capsize=3,
+                    color=COLORS.get(loss), label=r_label(loss))
+    if rows:
+        ax.axhline(float(np.mean([r["start_reward"] for r in rows])), color="grey", ls=":", lw=1, label="warm start")
+    ax.set_xticks(range(len(lags)), [str(k) for k in lags])
+    ax.set_xlabel("lag")
+    ax.set_ylabel("final eval reward")
+    ax.set_title("Final reward vs lag (mean ± std over seeds)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "final_vs_lag.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def r_label(loss: str) -> str:
+    return LABELS.get(loss, loss)
+
+
+def plot_sat_diagnostics(results: list[RunResult], lags: list[int], out: Path) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    groups = group_runs(results)
+    sat_losses = [l for l in SAT_LOSSES if any(groups.get((l, k)) for k in lags)]
+    if not sat_losses:
+        return None
+    cmap = plt.get_cmap("viridis")
+    panels = [("actor/sat/gate_rate", "gate rate"),
+              ("radius_rel", "mean radius / nominal\n(solid upper, dashed lower)"),
+              ("actor/sat/newly_clipped_frac", "newly clipped by SAT"),
+              ("actor/sat/threshold_q", "gate threshold q")]
+    fig, axes = plt.subplots(len(sat_losses), len(panels), figsize=(4.0 * len(panels), 3.0 * len(sat_losses)),
+                             squeeze=False)
+    for row, loss in zip(axes, sat_losses):
+        for ax, (key, title) in zip(row, panels):
+            for i, lag in enumerate(lags):
+                runs = [r for r in groups.get((loss, lag), []) if r.error is None]
+                if not runs:
+                    continue
+                color = cmap(i / max(len(lags) - 1, 1))
+                if key == "radius_rel":
+                    s = runs[0].spec.setting
+                    steps, hi = _series(runs, "actor/sat/radius_high_mean")
+                    _, lo = _series(runs, "actor/sat/radius_low_mean")
+                    ax.plot(steps, _smooth(hi / s.eps_high, 9), color=color, lw=1.4, label=f"lag {lag}")
+                    ax.plot(steps, _smooth(lo / s.eps_low, 9), color=color, lw=1.0, ls="--")
+                else:
+                    steps, y = _series(runs, key)
+                    ax.plot(steps, _smooth(y, 9), color=color, lw=1.4, label=f"lag {lag}")
+            ax.set_title(f"{r_label(loss)}: {title}", fontsize=9)
+            ax.set_xlabel("trainer step", fontsize=8)
+            ax.grid(alpha=0.3)
+            if key == "actor/sat/threshold_q":
+                ax.set_yscale("log")
+        row[0].legend(fontsize=7)
+    fig.suptitle("SAT diagnostics (actor/sat/*, mean over seeds, 9-step moving average)", fontsize=10)
+    fig.tight_layout()
+    path = out / "sat_diagnostics.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_lag_histogram(results: list[RunResult], lags: list[int], out: Path) -> Path:
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    groups = defaultdict(list)
+    for r in results:
+        if r.error is None:
+            groups[r.spec.lag].append(r)
+    fig, axes = plt.subplots(2, len(lags), figsize=(3.6 * len(lags), 5.6), squeeze=False)
+    cmap = plt.get_cmap("viridis")
+    for j, lag in enumerate(lags):
+        runs = groups.get(lag, [])
+        counts: dict[int, int] = defaultdict(int)
+        for r in runs:
+            for k, v in r.lag_counts.items():
+                counts[k] += v
+        ax = axes[0][j]
+        if counts:
+            xs = np.arange(0, max(counts) + 1)
+            total = sum(counts.values())
+            ax.bar(xs, [counts.get(int(x), 0) / total for x in xs], color=cmap(j / max(len(lags) - 1, 1)))
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlim(-0.7, max(counts) + 0.7)
+        dropped = sum(r.totals.get("dropped", 0.0) + r.totals.get("regenerated", 0.0) for r in runs)
+        ax.set_title(f"lag {lag}: consumed sample lags" + (f"\n({dropped:.0f} dropped/regenerated)" if dropped else ""),
+                     fontsize=9)
+        ax.set_xlabel("lag (trainer steps)", fontsize=8)
+        ax.set_ylabel("fraction of prompt groups", fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+        ax2 = axes[1][j]
+        if runs:
+            for key, ls in (("abs_log_ratio/mean", "-"), ("abs_log_ratio/p99", "--"), ("abs_log_ratio/max", ":")):
+                steps, y = _series(runs, key)
+                ax2.plot(steps, _smooth(y, 9), ls=ls, color="k", lw=1.1, label=key.split("/")[1])
+        ax2.set_yscale("log")
+        ax2.set_title(f"lag {lag}: staleness |log r| per step", fontsize=9)
+        ax2.set_xlabel("trainer step", fontsize=8)
+        ax2.grid(alpha=0.3)
+        if j == 0:
+            ax2.legend(fontsize=7)
+    fig.suptitle("Consumed lags (all runs) and the staleness they produce\n"
+                 "log r = trainer log-prob - rollout log-prob of the sampled tokens", fontsize=10)
+    fig.tight_layout()
+    path = out / "lag_histogram.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------- summary
+
+def summarize(rows: list[dict], header: list[str], tol_floor: float = 0.03, eval_size: int = 256) -> str:
+    """An honest reading of the table: per loss, how its final reward moves with lag; SAT vs the best baseline.
+
+    Differences smaller than ``tol`` = max(tol_floor, 2 x the larger standard error over seeds) are
+    called ties.
+    """
+    by = {(r["loss"], r["lag"]): r for r in rows}
+    losses = list(dict.fromkeys(r["loss"] for r in rows))
+    lags = sorted({r["lag"] for r in rows})
+    lines = list(header)
+    if not rows:
+        return "\n".join(lines + ["No run finished."]) + "\n"
+
+    def tol(a: dict, b: dict) -> float:
+        se = max(a["final_std"] / math.sqrt(a["seeds"]), b["final_std"] / math.sqrt(b["seeds"]))
+        return max(tol_floor, 2 * se)
+
+    start = float(np.mean([r["start_reward"] for r in rows]))
+    lines.append(f"Warm start reward {start:.3f}; reward = exact match of the trainer's policy on {eval_size} held-out "
+                 f"problems; a difference under max({tol_floor}, 2 standard errors over seeds) is called a tie.")
+    lines.append("")
+    lo_lag = lags[0]
+    lines.append("Per loss (final reward by lag):")
+    for loss in losses:
+        base = by.get((loss, lo_lag))
+        if base is None:
+            continue
+        parts = []
+        broke = None
+        for k in lags:
+            r = by.get((loss, k))
+            if r is None:
+                continue
+            parts.append(f"lag {k}: {r['final_mean']:.3f}")
+            if k != lo_lag and broke is None:
+                if r["final_mean"] < start - tol(r, base):
+                    broke = (k, "falls below the warm start")
+                elif r["final_mean"] < base["final_mean"] - tol(r, base):
+                    broke = (k, f"drops below its lag-{lo_lag} result")
+        verdict = (f"first breaks at lag {broke[0]} ({broke[1]})" if broke
+                   else f"holds its lag-{lo_lag} result at every lag tried")
+        rose = base["final_mean"] - start
+        lines.append(f"- {LABELS.get(loss, loss)}: " + ", ".join(parts) + f"; gain at lag {lo_lag} "
+                     f"{rose:+.3f}; {verdict}.")
+    sat_losses = [l for l in SAT_LOSSES if l in losses]
+    baselines = [l for l in losses if l not in SAT_LOSSES]
+    lines.append("")
+    if baselines and sat_losses:
+        lines.append("SAT against the best baseline at each lag:")
+        wins = ties = losses_n = 0
+        for k in lags:
+            base_rows = [by[(b, k)] for b in baselines if (b, k) in by]
+            if not base_rows:
+                continue
+            best = max(base_rows, key=lambda r: r["final_mean"])
+            for s in sat_losses:
+                r = by.get((s, k))
+                if r is None:
+                    continue
+                diff = r["final_mean"] - best["final_mean"]
+                t = tol(r, best)
+                word = "wins" if diff > t else ("loses" if diff < -t else "ties")
+                wins += word == "wins"
+                ties += word == "ties"
+                losses_n += word == "loses"
+                lines.append(f"- lag {k}: {LABELS[s]} {r['final_mean']:.3f} vs {best['label']} "
+                             f"{best['final_mean']:.3f} ({diff:+.3f}, tolerance {t:.3f}): {word}.")
+        lines.append(f"Overall: SAT wins {wins}, ties {ties}, loses {losses_n} of the comparisons.")
+    elif sat_losses:
+        lines.append("Only SAT losses ran (no verl: baselines need verl's registry), so there is no comparison.")
+    hi = [r for r in rows if r["lag"] == lags[-1]]
+    if hi and len(lags) > 1:
+        lines.append("")
+        stale = float(np.mean([r["abs_log_ratio_p99"] for r in hi]))
+        stale0 = float(np.mean([r["abs_log_ratio_p99"] for r in rows if r["lag"] == lo_lag]))
+        lines.append(f"Staleness: the p99 of |log r| per step averages {stale0:.3g} at lag {lo_lag} "
+                     f"(engine/routing mismatch and within-step updates only) and {stale:.3g} at lag {lags[-1]}.")
+        sat_hi = [r for r in hi if r["loss"] in SAT_LOSSES]
+        for r in sat_hi:
+            lines.append(f"{r['label']} at lag {lags[-1]}: gate rate {r['sat_gate_rate']:.3f}, mean effective radii "
+                         f"lower {r['sat_radius_low']:.3g} / upper {r['sat_radius_high']:.3g}, newly clipped "
+                         f"{r['sat_newly_clipped']:.4f} of tokens.")
+    return "\n".join(lines) + "\n"
