@@ -7,8 +7,9 @@ Errors name the key as the user wrote it (``lag.max_lag``) and the bad value, e.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 MODES = ("off", "bounded", "interval")
 OVER_BOUND = ("drop", "regenerate")
@@ -64,7 +65,9 @@ class LagConfig:
             if not _is_int(self.max_lag) or self.max_lag < 0:
                 raise LagConfigError("lag.max_lag", self.max_lag, "must be an integer >= 0 when lag.mode=bounded")
         elif self.max_lag is not None:
-            raise LagConfigError("lag.max_lag", self.max_lag, f"applies only to lag.mode=bounded (mode is {self.mode!r})")
+            raise LagConfigError(
+                "lag.max_lag", self.max_lag, f"applies only to lag.mode=bounded (mode is {self.mode!r})"
+            )
         if self.mode == "interval":
             if not _is_int(self.interval) or self.interval < 1:
                 raise LagConfigError("lag.interval", self.interval, "must be an integer >= 1 when lag.mode=interval")
@@ -75,7 +78,9 @@ class LagConfig:
         if not _is_int(self.prefetch) or self.prefetch < 0:
             raise LagConfigError("lag.prefetch", self.prefetch, "must be an integer >= 0")
         if self.prefetch and self.mode != "interval":
-            raise LagConfigError("lag.prefetch", self.prefetch, f"applies only to lag.mode=interval (mode is {self.mode!r})")
+            raise LagConfigError(
+                "lag.prefetch", self.prefetch, f"applies only to lag.mode=interval (mode is {self.mode!r})"
+            )
         if not _is_int(self.batch_size) or self.batch_size < 1:
             raise LagConfigError("lag.batch_size", self.batch_size, "must be an integer >= 1")
         if self.max_outstanding is not None and (not _is_int(self.max_outstanding) or self.max_outstanding < 1):
@@ -92,7 +97,7 @@ class LagConfig:
             not edges
             or not all(_is_int(e) for e in edges)
             or edges[0] != 0
-            or any(b <= a for a, b in zip(edges, edges[1:]))
+            or any(b <= a for a, b in zip(edges, edges[1:], strict=False))
         ):
             raise LagConfigError(
                 "lag.hist_edges", self.hist_edges, "must be a non-empty, strictly increasing list of integers from 0"
@@ -110,13 +115,15 @@ class LagConfig:
         return self.max_outstanding if self.max_outstanding is not None else 2 * self.batch_size
 
     @classmethod
-    def from_dict(cls, block: Mapping[str, Any] | None) -> "LagConfig":
+    def from_dict(cls, block: Mapping[str, Any] | None) -> LagConfig:
         """Build from a user's ``lag:`` mapping; an unknown key raises naming it and the known keys."""
         block = dict(block or {})
         known = {f.name for f in fields(cls)}
         for key in block:
             if key not in known:
-                raise LagConfigError(f"lag.{key}", block[key], f"is not a lag setting (known: {', '.join(sorted(known))})")
+                raise LagConfigError(
+                    f"lag.{key}", block[key], f"is not a lag setting (known: {', '.join(sorted(known))})"
+                )
         if "hist_edges" in block and isinstance(block["hist_edges"], list):
             block["hist_edges"] = tuple(block["hist_edges"])
         return cls(**block)
@@ -184,7 +191,9 @@ def check_compatible(cfg: LagConfig, engine: EngineSettings) -> None:
     # interval mode
     if engine.sync_every != cfg.interval:
         raise LagConfigError(
-            engine.key("sync_every"), engine.sync_every, f"must equal lag.interval={cfg.interval} with lag.mode=interval"
+            engine.key("sync_every"),
+            engine.sync_every,
+            f"must equal lag.interval={cfg.interval} with lag.mode=interval",
         )
     if engine.prefetch_steps != cfg.prefetch:
         raise LagConfigError(

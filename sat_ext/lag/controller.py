@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from .config import LagConfig, LagConfigError
 from .metrics import LagMetrics
@@ -218,7 +219,9 @@ class LagController:
         if not self._sync_due:
             raise LagProtocolError("record_sync() called but no sync is due (call complete_step() first)")
         if not self.sync_allowed():
-            raise LagProtocolError("record_sync() before sync_allowed(): samples scheduled on these weights are missing")
+            raise LagProtocolError(
+                "record_sync() before sync_allowed(): samples scheduled on these weights are missing"
+            )
         self.version += 1
         self._sync_due = False
         self._consumed_at_version = 0

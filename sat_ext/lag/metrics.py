@@ -10,7 +10,7 @@ from the schedule).
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def hist_bin_names(edges: tuple[int, ...]) -> list[str]:
@@ -109,7 +109,7 @@ class LagMetrics:
             f"{p}steps/mean": smean,
             f"{p}steps/max": shi,
         }
-        out.update({f"{p}hist/{name}": float(c) for name, c in zip(self.bin_names, self.hist)})
+        out.update({f"{p}hist/{name}": float(c) for name, c in zip(self.bin_names, self.hist, strict=True)})
         out.update(
             {
                 f"{p}consumed": float(len(self.lags)),

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ray
 
@@ -142,7 +143,7 @@ class LagControllerActor:
 
 
 def run_producer(
-    controller: "ray.actor.ActorHandle",
+    controller: ray.actor.ActorHandle,
     generate: Callable[[Claim], tuple[Any, VersionSpan]],
 ) -> int:
     """Claim, generate and submit until a closed controller has nothing left; returns the samples accepted.

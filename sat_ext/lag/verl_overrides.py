@@ -16,7 +16,8 @@ policy version trained on at global step t is t - 1.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .config import EngineSettings, LagConfig, LagConfigError
 
@@ -37,7 +38,9 @@ def _sampler_kwargs(cfg: LagConfig) -> list[str]:
     return out
 
 
-def verl_overrides(lag: LagConfig | Mapping[str, Any], train_batch_size: int, trainer_mode: str = "separate_async") -> list[str]:
+def verl_overrides(
+    lag: LagConfig | Mapping[str, Any], train_batch_size: int, trainer_mode: str = "separate_async"
+) -> list[str]:
     """Hydra overrides for verl's ``ppo_trainer`` config that implement ``lag``.
 
     train_batch_size: prompts per trainer step (one optimizer update), what a user would set as
@@ -49,7 +52,9 @@ def verl_overrides(lag: LagConfig | Mapping[str, Any], train_batch_size: int, tr
     if not isinstance(train_batch_size, int) or isinstance(train_batch_size, bool) or train_batch_size < 1:
         raise LagConfigError("data.train_batch_size", train_batch_size, "must be an integer >= 1")
     if trainer_mode not in ASYNC_MODES:
-        raise LagConfigError("trainer.v1.trainer_mode", trainer_mode, f"must be one of {'|'.join(ASYNC_MODES)} for lag control")
+        raise LagConfigError(
+            "trainer.v1.trainer_mode", trainer_mode, f"must be one of {'|'.join(ASYNC_MODES)} for lag control"
+        )
     if cfg.over_bound == "regenerate":
         raise LagConfigError(
             "lag.over_bound",
@@ -66,7 +71,9 @@ def verl_overrides(lag: LagConfig | Mapping[str, Any], train_batch_size: int, tr
         )
     if cfg.mode == "interval" and trainer_mode != "separate_async":
         raise LagConfigError(
-            "trainer.v1.trainer_mode", trainer_mode, "must be separate_async with lag.mode=interval (parameter_sync_step)"
+            "trainer.v1.trainer_mode",
+            trainer_mode,
+            "must be separate_async with lag.mode=interval (parameter_sync_step)",
         )
     out = [
         "trainer.use_v1=true",
@@ -76,7 +83,10 @@ def verl_overrides(lag: LagConfig | Mapping[str, Any], train_batch_size: int, tr
     ]
     if cfg.mode == "bounded":
         sync_every, warmup = 1, min(cfg.max_lag, 1)
-        out += [f"trainer.v1.sampler.max_off_policy_threshold={cfg.max_lag + 1}", "trainer.v1.sampler.max_off_policy_strategy=drop"]
+        out += [
+            f"trainer.v1.sampler.max_off_policy_threshold={cfg.max_lag + 1}",
+            "trainer.v1.sampler.max_off_policy_strategy=drop",
+        ]
     else:
         sync_every, warmup = cfg.interval, 0
         out += ["trainer.v1.sampler.max_off_policy_threshold=null"]
@@ -93,7 +103,9 @@ def verl_overrides(lag: LagConfig | Mapping[str, Any], train_batch_size: int, tr
 def verl_engine_settings(trainer_mode: str, trainer_config: Mapping[str, Any]) -> EngineSettings:
     """What verl's V1 trainer ``trainer_mode`` will do, read from its ``trainer.v1.<trainer_mode>`` block."""
     if trainer_mode not in ASYNC_MODES:
-        raise LagConfigError("trainer.v1.trainer_mode", trainer_mode, f"must be one of {'|'.join(ASYNC_MODES)} for lag control")
+        raise LagConfigError(
+            "trainer.v1.trainer_mode", trainer_mode, f"must be one of {'|'.join(ASYNC_MODES)} for lag control"
+        )
     sync_every = int(trainer_config.get("parameter_sync_step", 1))
     warmup = trainer_config.get("num_warmup_batches", 1)
     prefix = f"trainer.v1.{trainer_mode}"

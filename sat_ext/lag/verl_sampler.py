@@ -40,7 +40,9 @@ class LagBoundedReplayBuffer(ReplayBufferAsync):
         sampler_kwargs: DictConfig,
         **kwargs,
     ):
-        kwargs_block = OmegaConf.to_container(sampler_kwargs) if isinstance(sampler_kwargs, DictConfig) else sampler_kwargs
+        kwargs_block = (
+            OmegaConf.to_container(sampler_kwargs) if isinstance(sampler_kwargs, DictConfig) else sampler_kwargs
+        )
         self.lag = LagConfig.from_dict(kwargs_block)
         engine = verl_engine_settings(trainer_mode, trainer_config)
         check_compatible(self.lag, engine)

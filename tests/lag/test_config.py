@@ -16,19 +16,40 @@ from sat_ext.lag import EngineSettings, LagConfig, LagConfigError, check_compati
         ({"mode": "bounded", "max_lag": True}, "lag.max_lag must be an integer >= 0 when lag.mode=bounded, got True"),
         ({"mode": "interval", "interval": 0}, "lag.interval must be an integer >= 1 when lag.mode=interval, got 0"),
         ({"mode": "sometimes"}, "lag.mode must be one of off|bounded|interval, got 'sometimes'"),
-        ({"mode": "bounded", "max_lag": 2, "over_bound": "keep"}, "lag.over_bound must be one of drop|regenerate, got 'keep'"),
-        ({"mode": "interval", "interval": 2, "max_lag": 3}, "lag.max_lag applies only to lag.mode=bounded (mode is 'interval'), got 3"),
-        ({"mode": "bounded", "max_lag": 3, "interval": 2}, "lag.interval applies only to lag.mode=interval (mode is 'bounded'), got 2"),
-        ({"mode": "bounded", "max_lag": 3, "prefetch": 1}, "lag.prefetch applies only to lag.mode=interval (mode is 'bounded'), got 1"),
+        (
+            {"mode": "bounded", "max_lag": 2, "over_bound": "keep"},
+            "lag.over_bound must be one of drop|regenerate, got 'keep'",
+        ),
+        (
+            {"mode": "interval", "interval": 2, "max_lag": 3},
+            "lag.max_lag applies only to lag.mode=bounded (mode is 'interval'), got 3",
+        ),
+        (
+            {"mode": "bounded", "max_lag": 3, "interval": 2},
+            "lag.interval applies only to lag.mode=interval (mode is 'bounded'), got 2",
+        ),
+        (
+            {"mode": "bounded", "max_lag": 3, "prefetch": 1},
+            "lag.prefetch applies only to lag.mode=interval (mode is 'bounded'), got 1",
+        ),
         ({"mode": "interval", "interval": 2, "prefetch": -1}, "lag.prefetch must be an integer >= 0, got -1"),
         ({"batch_size": 0}, "lag.batch_size must be an integer >= 1, got 0"),
         ({"lease_s": 0}, "lag.lease_s must be a finite number of seconds > 0, got 0"),
         ({"lease_s": float("inf")}, "lag.lease_s must be a finite number of seconds > 0, got inf"),
         ({"max_outstanding": 0}, "lag.max_outstanding must be an integer >= 1 or null, got 0"),
-        ({"hist_edges": [1, 2]}, "lag.hist_edges must be a non-empty, strictly increasing list of integers from 0, got (1, 2)"),
-        ({"hist_edges": [0, 2, 2]}, "lag.hist_edges must be a non-empty, strictly increasing list of integers from 0, got (0, 2, 2)"),
-        ({"max_lags": 3}, "lag.max_lags is not a lag setting (known: batch_size, hist_edges, interval, lease_s, max_lag, "
-         "max_outstanding, mode, over_bound, prefetch), got 3"),
+        (
+            {"hist_edges": [1, 2]},
+            "lag.hist_edges must be a non-empty, strictly increasing list of integers from 0, got (1, 2)",
+        ),
+        (
+            {"hist_edges": [0, 2, 2]},
+            "lag.hist_edges must be a non-empty, strictly increasing list of integers from 0, got (0, 2, 2)",
+        ),
+        (
+            {"max_lags": 3},
+            "lag.max_lags is not a lag setting (known: batch_size, hist_edges, interval, lease_s, max_lag, "
+            "max_outstanding, mode, over_bound, prefetch), got 3",
+        ),
     ],
 )
 def test_bad_values_name_key_and_value(block, message):
@@ -52,8 +73,12 @@ def _engine(**overrides) -> EngineSettings:
         reports_sample_versions=True,
         prefetch_steps=0,
         sync_every=1,
-        keys={"prefetch_steps": "engine.prefetch", "sync_every": "engine.sync", "partial_rollout": "engine.partial",
-              "oversampling": "engine.oversample"},
+        keys={
+            "prefetch_steps": "engine.prefetch",
+            "sync_every": "engine.sync",
+            "partial_rollout": "engine.partial",
+            "oversampling": "engine.oversample",
+        },
     )
     base.update(overrides)
     return EngineSettings(**base)
@@ -68,25 +93,52 @@ def test_compatible_settings_pass():
 @pytest.mark.parametrize(
     "cfg,engine,message",
     [
-        (LagConfig(mode="bounded", max_lag=1), _engine(prefetch_steps=2),
-         "engine.prefetch makes every sample's lag at least that large, over lag.max_lag=1; set it to at most 1, got 2"),
-        (LagConfig(mode="bounded", max_lag=1), _engine(sync_every=4),
-         "engine.sync must be 1 with lag.mode=bounded (lag is counted in weight syncs, one after every trainer step), got 4"),
-        (LagConfig(mode="bounded", max_lag=1), _engine(partial_rollout=True, reports_sample_versions=False),
-         "engine.partial cannot be bounded by lag.mode=bounded on test engine: its samples carry no per-sample "
-         "version, got True"),
-        (LagConfig(mode="bounded", max_lag=1), _engine(oversampling=True, reports_sample_versions=False),
-         "engine.oversample cannot be bounded by lag.mode=bounded on test engine: its samples carry no per-sample "
-         "version, got True"),
-        (LagConfig(mode="interval", interval=8), _engine(sync_every=4),
-         "engine.sync must equal lag.interval=8 with lag.mode=interval, got 4"),
-        (LagConfig(mode="interval", interval=2, prefetch=1), _engine(sync_every=2, prefetch_steps=1, partial_rollout=True),
-         "engine.partial breaks lag.mode=interval with lag.prefetch > 0: a sample in flight at a sync would span "
-         "versions and leave the schedule, got True"),
-        (LagConfig(mode="interval", interval=2), _engine(sync_every=2, oversampling=True),
-         "engine.oversample breaks lag.mode=interval: leftover samples served at a later step leave the schedule, got True"),
-        (LagConfig(mode="interval", interval=2), _engine(sync_every=2, prefetch_steps=2),
-         "engine.prefetch must equal lag.prefetch=0 with lag.mode=interval, got 2"),
+        (
+            LagConfig(mode="bounded", max_lag=1),
+            _engine(prefetch_steps=2),
+            "engine.prefetch makes every sample's lag at least that large, over lag.max_lag=1; "
+            "set it to at most 1, got 2",
+        ),
+        (
+            LagConfig(mode="bounded", max_lag=1),
+            _engine(sync_every=4),
+            "engine.sync must be 1 with lag.mode=bounded "
+            "(lag is counted in weight syncs, one after every trainer step), got 4",
+        ),
+        (
+            LagConfig(mode="bounded", max_lag=1),
+            _engine(partial_rollout=True, reports_sample_versions=False),
+            "engine.partial cannot be bounded by lag.mode=bounded on test engine: its samples carry no per-sample "
+            "version, got True",
+        ),
+        (
+            LagConfig(mode="bounded", max_lag=1),
+            _engine(oversampling=True, reports_sample_versions=False),
+            "engine.oversample cannot be bounded by lag.mode=bounded on test engine: its samples carry no per-sample "
+            "version, got True",
+        ),
+        (
+            LagConfig(mode="interval", interval=8),
+            _engine(sync_every=4),
+            "engine.sync must equal lag.interval=8 with lag.mode=interval, got 4",
+        ),
+        (
+            LagConfig(mode="interval", interval=2, prefetch=1),
+            _engine(sync_every=2, prefetch_steps=1, partial_rollout=True),
+            "engine.partial breaks lag.mode=interval with lag.prefetch > 0: a sample in flight at a sync would span "
+            "versions and leave the schedule, got True",
+        ),
+        (
+            LagConfig(mode="interval", interval=2),
+            _engine(sync_every=2, oversampling=True),
+            "engine.oversample breaks lag.mode=interval: "
+            "leftover samples served at a later step leave the schedule, got True",
+        ),
+        (
+            LagConfig(mode="interval", interval=2),
+            _engine(sync_every=2, prefetch_steps=2),
+            "engine.prefetch must equal lag.prefetch=0 with lag.mode=interval, got 2",
+        ),
     ],
 )
 def test_incompatible_engine_settings_raise(cfg, engine, message):

@@ -85,7 +85,11 @@ def test_user_settings_that_break_the_bound_are_named():
     [
         ({"mode": "bounded", "max_lag": 2, "over_bound": "regenerate"}, {}, "lag.over_bound is not available on verl"),
         ({"mode": "interval", "interval": 2, "prefetch": 1}, {}, "lag.prefetch must be 0 on verl"),
-        ({"mode": "interval", "interval": 2}, {"trainer_mode": "colocate_async"}, "trainer.v1.trainer_mode must be separate_async"),
+        (
+            {"mode": "interval", "interval": 2},
+            {"trainer_mode": "colocate_async"},
+            "trainer.v1.trainer_mode must be separate_async",
+        ),
         ({"mode": "bounded", "max_lag": 2}, {"trainer_mode": "sync"}, "trainer.v1.trainer_mode must be one of"),
         ({"mode": "bounded", "max_lag": 2, "bogus": 1}, {}, "lag.bogus is not a lag setting"),
     ],

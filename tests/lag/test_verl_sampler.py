@@ -13,15 +13,15 @@ import pytest
 
 pytest.importorskip("verl")
 tq = pytest.importorskip("transfer_queue")
+import verl  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync  # noqa: E402
+from verl.trainer.ppo.v1.trainer_base import get_trainer_cls  # noqa: E402
 
-import verl  # noqa: E402
 from sat_ext.lag import LagConfig, LagConfigError  # noqa: E402
 from sat_ext.lag.verl_overrides import verl_overrides  # noqa: E402
 from sat_ext.lag.verl_sampler import LagBoundedReplayBuffer  # noqa: E402
-from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync  # noqa: E402
-from verl.trainer.ppo.v1.trainer_base import get_trainer_cls  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 GPU_FREE = [
@@ -71,11 +71,17 @@ def _sampler(lag: LagConfig, refills: list[int], stock: bool = False):
 def _put_group(prompt_step: int, oldest: list[int], newest: int | None = None) -> str:
     """One finished prompt group: its prompt tag and one trajectory per entry of ``oldest``."""
     uid = str(uuid.uuid4())
-    tq.kv_batch_put(keys=[uid], partition_id="train", tags=[{"is_prompt": True, "status": "finished", "global_steps": prompt_step}])
+    tq.kv_batch_put(
+        keys=[uid], partition_id="train", tags=[{"is_prompt": True, "status": "finished", "global_steps": prompt_step}]
+    )
     keys = [f"{uid}_{i}_0" for i in range(len(oldest))]
     tags = [
-        {"status": "success", "global_steps": prompt_step, "min_global_steps": o,
-         "max_global_steps": newest if newest is not None else o}
+        {
+            "status": "success",
+            "global_steps": prompt_step,
+            "min_global_steps": o,
+            "max_global_steps": newest if newest is not None else o,
+        }
         for o in oldest
     ]
     tq.kv_batch_put(keys=keys, partition_id="train", tags=tags)
@@ -91,7 +97,10 @@ def test_verl_trainer_builds_the_sampler_through_its_custom_sampler_hook(transfe
 
 
 def test_sampler_rejects_a_warmup_that_breaks_the_bound(transfer_queue):
-    cfg = _compose(verl_overrides({"mode": "bounded", "max_lag": 1}, train_batch_size=8) + ["trainer.v1.separate_async.num_warmup_batches=2"])
+    cfg = _compose(
+        verl_overrides({"mode": "bounded", "max_lag": 1}, train_batch_size=8)
+        + ["trainer.v1.separate_async.num_warmup_batches=2"]
+    )
     with pytest.raises(LagConfigError, match="num_warmup_batches"):
         get_trainer_cls("separate_async")(cfg)
 
@@ -126,7 +135,9 @@ def test_bounded_sampler_evicts_by_token_lag_not_by_submission(clean_partition):
 
 def test_bounded_sampler_falls_back_to_the_submission_step_without_version_tags(clean_partition):
     uid = str(uuid.uuid4())
-    tq.kv_batch_put(keys=[uid], partition_id="train", tags=[{"is_prompt": True, "status": "finished", "global_steps": 2}])
+    tq.kv_batch_put(
+        keys=[uid], partition_id="train", tags=[{"is_prompt": True, "status": "finished", "global_steps": 2}]
+    )
     tq.kv_batch_put(keys=[f"{uid}_0_0"], partition_id="train", tags=[{"status": "success", "global_steps": 2}])
     sampler = _sampler(LagConfig(mode="bounded", max_lag=1), [])
     sampler._sync_metadata_from_transfer_queue()
