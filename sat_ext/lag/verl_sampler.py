@@ -15,7 +15,7 @@ cannot observe) are returned by the last ``sample`` call of each global step.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from omegaconf import DictConfig, OmegaConf
 from transfer_queue import KVBatchMeta
@@ -87,7 +87,12 @@ class LagBoundedReplayBuffer(ReplayBufferAsync):
         lags = self._group_lags(global_steps, partition_id, finished)
         return {uid for uid, group in lags.items() if max(group) > self.lag.max_lag}
 
-    def _evict_terminal_groups(self, global_steps, partition_id, eviction_reasons):
+    def _evict_terminal_groups(
+        self,
+        global_steps: int,
+        partition_id: str,
+        eviction_reasons: tuple[set[str], set[str], set[str], Counter],
+    ) -> tuple[set[str], int, int, dict]:
         stale_uids = eviction_reasons[0]
         if stale_uids:
             dropped = sum(1 for key in self.partitions[partition_id] if key.split("_")[0] in stale_uids)
