@@ -8,6 +8,9 @@ import pytest
 @pytest.fixture(scope="package")
 def ray_session():
     ray = pytest.importorskip("ray")
+    if ray.is_initialized():  # another package left its session up: share it, leave it to its owner
+        yield ray
+        return
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
