@@ -15,6 +15,7 @@ can take its ``lo`` / ``hi`` in place of its fixed interval.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -98,6 +99,9 @@ def adaptive_trust_region(
         return TrustRegion(lo=torch.full_like(d, lo_nom), hi=torch.full_like(d, hi_nom), c=torch.ones_like(d),
                            gated=torch.zeros_like(mask), q=q, abs_d=abs_d)
     gated = mask & (abs_d > q)
+    if cfg.c_min >= 1:  # c = max(K, 1) = 1 everywhere: PPO's bounds
+        return TrustRegion(lo=torch.full_like(d, lo_nom), hi=torch.full_like(d, hi_nom), c=torch.ones_like(d),
+                           gated=gated, q=q, abs_d=abs_d)
     # Gated entries have |d| > q, so the kernel sees them as the general form's max(|d|, q) would; the
     # others get c = 1 whatever the kernel gives them. On gated entries K is in [0, 1], so a floor of 0 is
     # the identity and only c_min > 0 needs the clamp.
@@ -105,13 +109,29 @@ def adaptive_trust_region(
     if cfg.c_min > 0:
         k = k.clamp_min_(cfg.c_min)
     c = torch.where(gated, k, 1.0)
+    if _nominal_is_unit_step(cfg):
+        # 1 + eps * 1 rounds to the nominal bound, and c <= 1, so 1 + eps * c lies inside the nominal interval:
+        # the general form's "contracted &" and its clamp change nothing. Only the sign selects the endpoint.
+        hi = torch.where(d > 0, c, 1.0).mul_(cfg.eps_high).add_(1.0)
+        lo = torch.where(d < 0, c, 1.0).mul_(cfg.eps_low).neg_().add_(1.0)
+        return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q, abs_d=abs_d)
     contracted = c < 1  # c == 1 off the gate
-    if not bool(contracted.any()):
-        return TrustRegion(lo=torch.full_like(d, lo_nom), hi=torch.full_like(d, hi_nom), c=c, gated=gated, q=q,
-                           abs_d=abs_d)
     hi = torch.where(contracted & (d > 0), (c * cfg.eps_high).add_(1.0), hi_nom).clamp_(max=hi_nom)
     lo = torch.where(contracted & (d < 0), (c * cfg.eps_low).neg_().add_(1.0), lo_nom).clamp_(min=lo_nom)
     return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q, abs_d=abs_d)
+
+
+def _nominal_is_unit_step(cfg: SATConfig) -> bool:
+    """Whether float32 ``1 + eps * 1`` equals float32 ``1 + eps`` for both radii (true for the usual radii)."""
+    return _unit_step(cfg.eps_high, cfg.eps_low)
+
+
+@functools.lru_cache(maxsize=64)
+def _unit_step(eps_high: float, eps_low: float) -> bool:
+    one = torch.ones(1)
+    hi_ok = bool((one * eps_high).add_(1.0) == torch.full((1,), 1.0 + eps_high))
+    lo_ok = bool((one * eps_low).neg_().add_(1.0) == torch.full((1,), 1.0 - eps_low))
+    return hi_ok and lo_ok
 
 
 def _region_general(
