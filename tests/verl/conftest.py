@@ -7,11 +7,14 @@ shadow the real verl. Test files are named ``test_verl_*`` so that their basenam
 import os
 import sys
 
+import pytest
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection: start them only if a registration test will run
 def pytest_collection_modifyitems(session, config, items):
     """Start the registration tests' fresh interpreters now, so their verl imports overlap other tests."""
     if any(os.path.basename(str(item.fspath)) == "test_verl_registration.py" for item in items):

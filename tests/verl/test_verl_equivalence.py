@@ -157,6 +157,34 @@ def test_c_equal_one_is_verl_bit_for_bit(loss, agg, gbi):
     assert checked == len(radii) * len(INPUTS) * 2
 
 
+@pytest.mark.parametrize("agg", LOSS_AGG_MODES)
+@pytest.mark.parametrize("loss", sorted(PAIRS))
+def test_empty_tail_is_verl_bit_for_bit(loss, agg):
+    """Default knobs (c_min = 0), but every |d| ties at the threshold, so nothing is gated: SAT's contraction
+    path (not the c_min shortcut) must still give verl's values and gradients exactly. Dyadic log-probs make
+    every log-ratio exactly +-v; for the sequence gate each row has one sign, so sequence means tie too."""
+    g = torch.Generator().manual_seed(17)
+    bs, t = 6, 7
+    old = -torch.randint(1, 60, (bs, t), generator=g).float() / 8
+    lens = torch.tensor([7, 3, 5, 1, 7, 6])
+    mask = torch.arange(t).unsqueeze(0) < lens.unsqueeze(1)
+    row_sign = torch.tensor([1.0, -1.0, 1.0, -1.0, -1.0, 1.0]).unsqueeze(1)
+    tok_sign = torch.where(torch.rand((bs, t), generator=g) < 0.5, -1.0, 1.0)
+    sign = row_sign.expand(bs, t) if loss == "sat_gspo" else tok_sign
+    adv = torch.randn((bs, t), generator=g) * 2
+    for low, high in ((0.2, 0.2), (0.2, 0.28), (3e-4, 4e-4)):
+        cfg = make_config(loss, low, high, c_min=0.0, agg=agg)
+        for v in (1 / 64, 1 / 4, 2.0):  # inside, just outside and far outside the nominal interval
+            lp = old + sign * v
+            ref_loss, ref_grad, ref_m = _run(PAIRS[loss], cfg, old, lp, adv, mask, agg, None)
+            sat_loss, sat_grad, sat_m = _run(loss, cfg, old, lp, adv, mask, agg, None)
+            where = f"{loss} {agg} radii=({low},{high}) v={v}"
+            assert sat_m["actor/sat/threshold_q"] == v and sat_m["actor/sat/gate_rate"] == 0.0, where
+            assert torch.equal(sat_loss, ref_loss), where
+            assert torch.equal(sat_grad, ref_grad), where
+            assert all(sat_m[k] == ref_m[k] for k in VERL_KEYS), where
+
+
 def band_inputs(bs: int = 4, t: int = 5):
     """18 tokens at |d| = 0.01 and 2 tokens at d = +0.15 with A > 0: exp(0.15) = 1.16 < 1 + 0.2, so PPO leaves
     them unclipped, but they are above the 0.9 quantile, so SAT contracts their upper endpoint below 1.16."""
