@@ -34,7 +34,8 @@ class Claim:
     """A producer's right to generate ``sample_id`` (attempt ``attempt``) until ``deadline``.
 
     version: the controller's version when claimed. step: interval mode's trainer step the sample is
-    scheduled for (None in the other modes).
+    scheduled for (None in the other modes). epoch: the controller incarnation that issued it (each restore
+    from saved state starts a new one, and claims of an earlier one are void).
     """
 
     claim_id: int
@@ -43,6 +44,7 @@ class Claim:
     version: int
     step: int | None
     deadline: float
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class LagController:
         self.clock = clock
         self.version = 0
         self.steps_done = 0
+        self.epoch = 0
         self.metrics = LagMetrics(
             cfg.hist_edges, interval_schedule=cfg.mode == "interval", track_producer_idle=track_producer_idle
         )
@@ -119,6 +122,7 @@ class LagController:
             version=self.version,
             step=item.step,
             deadline=self.clock() + self.cfg.lease_s,
+            epoch=self.epoch,
         )
         self._next_claim += 1
         item.claims.add(claim.claim_id)
@@ -128,7 +132,7 @@ class LagController:
     def renew(self, claim: Claim) -> Claim | None:
         """Extend a live claim's lease; None if it has expired or its sample was already accepted."""
         self._expire_leases()
-        if claim.claim_id not in self._claims:
+        if claim.epoch != self.epoch or claim.claim_id not in self._claims:
             return None
         renewed = replace(claim, deadline=self.clock() + self.cfg.lease_s)
         self._claims[claim.claim_id] = renewed
@@ -136,11 +140,13 @@ class LagController:
 
     def release(self, claim: Claim) -> None:
         """The producer gives a claim up (e.g. its request was aborted); the sample is handed out again."""
-        if self._claims.pop(claim.claim_id, None) is not None:
+        if claim.epoch == self.epoch and self._claims.pop(claim.claim_id, None) is not None:
             self._drop_claim_from_item(claim)
 
     def submit(self, claim: Claim, payload: Any, span: VersionSpan) -> bool:
-        """Offer a generated sample; True if accepted, False for a duplicate or superseded attempt."""
+        """Offer a generated sample; True if accepted, False for a duplicate, superseded or pre-restart claim."""
+        if claim.epoch != self.epoch:
+            return False
         if span.newest > self.version:
             raise ValueError(f"sample {claim.sample_id} claims version {span.newest}, the trainer is at {self.version}")
         item = self._open.get(claim.sample_id)
@@ -259,11 +265,16 @@ class LagController:
             "steps_done": self.steps_done,
             "next_id": self._next_id,
             "sync_due": self._sync_due,
+            "epoch": self.epoch,
             "metrics": self.metrics.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict` output; samples not yet consumed at save time are generated anew."""
+        """Resume from :meth:`state_dict` output, as a new epoch.
+
+        Samples not consumed at save time are generated anew; ids issued after the save are issued again, and
+        claims of the earlier epoch are rejected.
+        """
         saved = state["config"]
         if saved.get("mode") != self.cfg.mode or saved.get("interval") != self.cfg.interval:
             raise LagConfigError(
@@ -280,6 +291,7 @@ class LagController:
         self.version, self.steps_done = version, steps_done
         self._next_id = int(state["next_id"])
         self._sync_due = bool(state["sync_due"])
+        self.epoch = int(state.get("epoch", 0)) + 1
         self._fresh_scheduled = steps_done * self.cfg.batch_size
         self.metrics.load_state_dict(state.get("metrics", {}))
 

@@ -251,6 +251,21 @@ def test_state_round_trip_resumes_version_and_ids():
         LagController(LagConfig(mode="interval", interval=2)).load_state_dict(state)
 
 
+def test_claims_from_before_a_restore_are_void():
+    cfg = LagConfig(mode="bounded", max_lag=1, batch_size=1)
+    ctl = LagController(cfg)
+    state = ctl.state_dict()
+    before = ctl.claim()  # issued after the save: the restored controller issues the same id again
+    resumed = LagController(cfg)
+    resumed.load_state_dict(state)
+    again = resumed.claim()
+    assert (again.sample_id, again.epoch) == (before.sample_id, before.epoch + 1)
+    assert resumed.renew(before) is None
+    assert not resumed.submit(before, "from the dead run", VersionSpan.at(0))
+    assert resumed.submit(again, "fresh", VersionSpan.at(0))
+    assert [s.payload for s in resumed.take()] == ["fresh"]
+
+
 # --------------------------------------------------------------------------- seeded randomized runs
 
 

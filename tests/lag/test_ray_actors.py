@@ -10,7 +10,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from sat_ext.lag import LagConfig, VersionSpan  # noqa: E402
+from sat_ext.lag import LagConfig, VersionSpan, load_state  # noqa: E402
 from sat_ext.lag.ray_actors import LagControllerActor, run_producer  # noqa: E402
 from sat_ext.lag.schedule import scheduled_lag  # noqa: E402
 
@@ -159,7 +159,7 @@ def test_restart_from_saved_state_resumes_the_version_counter(ray_session, tmp_p
     run = producer.run.remote()
     train(controller, 5, seed=12, train_s=(0.005, 0.01))
     ray.get(controller.save_state.remote(path))
-    saved_next_id = ray.get(controller.stats.remote())["next_id"]
+    saved_next_id = load_state(path)["next_id"]
     ray.kill(controller)  # the trainer process restarts from its checkpoint
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(run, timeout=30)
@@ -171,7 +171,7 @@ def test_restart_from_saved_state_resumes_the_version_counter(ray_session, tmp_p
     rows, metrics = train(controller, 2, seed=14, train_s=(0.005, 0.01))
     assert [m["lag/trainer_step"] for m in metrics] == [6, 7]
     assert [m["lag/version"] for m in metrics] == [6, 7]
-    assert min(sid for _, sid, _, _ in rows) >= saved_next_id  # ids are not reused after the restart
+    assert min(sid for _, sid, _, _ in rows) >= saved_next_id  # ids consumed before the save are not reused
     assert max(lag for *_, lag, _ in rows) <= 1
     _drain(controller)
     ray.get(run, timeout=30)
