@@ -96,7 +96,7 @@ def make_inputs(rng: random.Random, kind: str):
 def random_cfg(rng: random.Random, core, global_ok: bool):
     scope = rng.choice(["micro", "global"]) if global_ok else "micro"
     return core.SATConfig(
-        eps_low=rng.choice([0.2, 0.1, 3e-4]), eps_high=rng.choice([0.2, 0.28, 4e-4]),
+        eps_low=rng.choice([0.2, 0.1, 3e-4, 0.999]), eps_high=rng.choice([0.2, 0.28, 4e-4, 0.999]),
         dual_clip=rng.choice([None, 3.0]), quantile=rng.choice([0.5, 0.9, 0.9, 0.999, 0.01]),
         gate_scope=scope, global_method=rng.choice(["exact", "hist"]),
         kernel=rng.choice(list(core.config.KERNELS)), exponent=rng.choice([2.0, 2.0, 1.0, 3.5]),
@@ -174,6 +174,23 @@ def main(argv=None) -> int:
         n += 1
         if bad:
             failures.append(f"big case {i} ({which}, {cfg}): {bad}")
+    # the clip strategy on its own, with a threshold given by the caller (0-d, zero, per entry)
+    for i in range(200):
+        old, lp, adv, mask, _ = make_inputs(rng, rng.choice(kinds[:7]))
+        d = torch.clamp(lp - old, -20, 20)
+        cfg = random_cfg(rng, new, global_ok=False).to_dict()
+        qk = rng.choice(["none", "scalar", "zero", "tensor"])
+        q = {"none": None, "scalar": torch.tensor(rng.choice([1e-3, 0.05, 0.3])), "zero": torch.tensor(0.0),
+             "tensor": torch.rand(d.shape, generator=torch.Generator().manual_seed(i)) * 0.3}[qk]
+        outs = []
+        for core in (new, ref):
+            r = core.adaptive_trust_region(d, mask, core.SATConfig(**cfg), q=q)
+            outs.append({"lo": r.lo, "hi": r.hi, "c": r.c, "gated": r.gated, "q": r.q,
+                         **{f"m:{k}": v for k, v in r.diagnostics(d, mask).items()}})
+        bad = compare(*outs)
+        n += 1
+        if bad:
+            failures.append(f"adaptive_trust_region q={qk} case {i}: {bad}")
     # quantile functions on their own
     for i in range(300):
         g = torch.Generator().manual_seed(10_000 + i)
