@@ -22,27 +22,40 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 class Producer:
     """Generates by sleeping; samples span the versions seen between claim and submit (partial rollout)."""
 
-    def __init__(self, controller, seed: int, gen_s: tuple[float, float], straggler_prob: float = 0.0):
+    def __init__(
+        self,
+        controller,
+        seed: int,
+        gen_s: tuple[float, float],
+        straggler_prob: float = 0.0,
+        stall_after: int | None = None,
+    ):
         self.controller = controller
         self.rng = random.Random(seed)
         self.gen_s = gen_s
         self.straggler_prob = straggler_prob
+        self.stall_after = stall_after  # generate this many samples, then hang on the next one
         self.current = None
+        self.generated: list[int] = []
 
     def _generate(self, claim):
         self.current = claim
         duration = self.rng.uniform(*self.gen_s)
         if self.rng.random() < self.straggler_prob:
             duration *= 10
+        if self.stall_after is not None and len(self.generated) >= self.stall_after:
+            duration = 600.0
         time.sleep(duration)
         newest = ray.get(self.controller.version.remote())
+        self.generated.append(claim.sample_id)
         return ("sample", claim.sample_id), VersionSpan(claim.version, newest)
 
     def run(self) -> int:
         return run_producer(self.controller, self._generate)
 
-    def current_claim(self):
-        return self.current
+    def progress(self):
+        """(ids generated and submitted or being submitted, the claim being generated now)."""
+        return list(self.generated), self.current
 
 
 def train(controller, steps: int, seed: int, train_s: tuple[float, float]):
@@ -111,26 +124,32 @@ def test_long_randomized_bounded_run_never_exceeds_the_bound(ray_session):
 def test_killed_producer_loses_and_duplicates_nothing(ray_session):
     cfg = LagConfig(mode="bounded", max_lag=2, batch_size=3, over_bound="regenerate", lease_s=1.0)
     controller = LagControllerActor.remote(cfg.to_dict())
-    doomed = Producer.remote(controller, seed=5, gen_s=(3.0, 3.0))
+    doomed = Producer.remote(controller, seed=5, gen_s=(0.01, 0.02), stall_after=2)
     survivor = Producer.remote(controller, seed=6, gen_s=(0.01, 0.05))
     doomed_run = doomed.run.remote()
-    deadline = time.monotonic() + 20
-    while (claim := ray.get(doomed.current_claim.remote())) is None:
-        assert time.monotonic() < deadline, "the doomed producer never claimed a sample"
+    deadline = time.monotonic() + 30
+    while True:  # wait until two samples of the first batch of 3 are accepted and the third is in flight
+        generated, claim = ray.get(doomed.progress.remote())
+        if len(generated) == 2 and claim is not None and claim.sample_id not in generated:
+            stats = ray.get(controller.stats.remote())
+            if stats["ready"] == 2 and stats["claims"] == 1:
+                break
+        assert time.monotonic() < deadline, f"the doomed producer did not get mid-batch: {generated} {claim}"
         time.sleep(0.05)
-    survivor_run = survivor.run.remote()
-    ray.kill(doomed)  # mid-sample: its claim was never submitted
+    ray.kill(doomed)  # mid-batch: two samples accepted, the third claimed and never submitted
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(doomed_run, timeout=10)
+    survivor_run = survivor.run.remote()
 
     rows, _ = train(controller, 10, seed=7, train_s=(0.01, 0.02))
     ids = [sid for _, sid, _, _ in rows] + _drain(controller)
     accepted = ray.get(survivor_run, timeout=30)
 
     assert len(ids) == len(set(ids))  # nothing consumed twice
-    assert claim.sample_id in ids  # the dead producer's sample was regenerated, not lost
+    assert set(generated) <= set(ids)  # the dead producer's accepted samples were trained on
+    assert claim.sample_id in ids  # its in-flight sample was generated again, not lost
     assert sorted(ids) == list(range(ray.get(controller.stats.remote())["next_id"]))  # no gap: nothing lost
-    assert accepted == len(ids)
+    assert accepted + len(generated) == len(ids)  # every accepted sample, from either producer, was trained on
     ray.kill(controller)
 
 
