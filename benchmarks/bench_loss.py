@@ -201,15 +201,19 @@ def equality_check(device: torch.device, n_tokens: int = 1 << 16, seq_len: int =
 def time_size(runner: Runner, n: int, reps: int, device: torch.device) -> list[dict]:
     cases = list(runner.cfgs)
     samples = {(c, m): [] for c in cases for m in ("fwd", "fwd+bwd")}
+    cpu = {(c, m): [] for c in cases for m in ("fwd", "fwd+bwd")}
     for rep in range(reps):
         order = cases[rep % len(cases):] + cases[: rep % len(cases)]
         for c in order:
             for mode in ("fwd", "fwd+bwd"):
-                samples[(c, mode)].append(C.timed(runner.call(c, mode == "fwd+bwd"), device))
+                wall, cpu_s = C.timed2(runner.call(c, mode == "fwd+bwd"), device)
+                samples[(c, mode)].append(wall)
+                cpu[(c, mode)].append(cpu_s)
     rows = []
     for (c, mode), ts in samples.items():
         rows.append({"tokens": n, "loss": c.loss, "scope": c.scope, "case": c.key, "mode": mode, "reps": reps,
                      "time_ms_median": C.median(ts) * 1e3, "time_ms_min": min(ts) * 1e3,
+                     "cpu_ms_median": C.median(cpu[(c, mode)]) * 1e3,
                      "time_ms_all": " ".join(f"{t * 1e3:.2f}" for t in ts)})
     # paired per-repetition ratios against the peer (same repetition, adjacent in time)
     by = {(r["case"], r["mode"]): r for r in rows}
@@ -220,6 +224,7 @@ def time_size(runner: Runner, n: int, reps: int, device: torch.device) -> list[d
             s = samples[(next(c for c in cases if c.key == r["case"]), r["mode"])]
             r["time_ratio_vs_peer"] = r["time_ms_median"] / by[(peer, r["mode"])]["time_ms_median"]
             r["time_ratio_paired_median"] = C.median([a / b for a, b in zip(s, p)])
+            r["cpu_ratio_vs_peer"] = r["cpu_ms_median"] / by[(peer, r["mode"])]["cpu_ms_median"]
     return rows
 
 
@@ -325,7 +330,7 @@ def render(rows: list[dict], env: dict, out_dir: Path, stem: str, targets: tuple
                          f(b.get("time_ratio_vs_peer"), 3), f(b.get("peak_alloc_mib")),
                          f(b.get("mem_ratio_vs_peer"), 3), f(b.get("peak_rss_mib")), f(b.get("rss_ratio_vs_peer"), 3)])
     # headline: SAT[micro] and SAT[global] vs vanilla, SAT-GSPO vs gspo, forward+backward, sizes >= 1M
-    hl_head = ["tokens", "case", "time ratio (fwd+bwd)", "paired", "peak-alloc ratio", "RSS ratio",
+    hl_head = ["tokens", "case", "time ratio (fwd+bwd)", "paired", "CPU-time ratio", "peak-alloc ratio", "RSS ratio",
                f"time <= {t_target}x", f"mem <= {m_target}x"]
     hl = []
     for n in sorted({r["tokens"] for r in rows}):
@@ -334,11 +339,13 @@ def render(rows: list[dict], env: dict, out_dir: Path, stem: str, targets: tuple
             if b is None or "time_ratio_vs_peer" not in b:
                 continue
             tr, mr = b["time_ratio_vs_peer"], b.get("mem_ratio_vs_peer")
-            hl.append([C.fmt_size(n), c, f(tr, 3), f(b.get("time_ratio_paired_median"), 3), f(mr, 3),
+            hl.append([C.fmt_size(n), c, f(tr, 3), f(b.get("time_ratio_paired_median"), 3),
+                       f(b.get("cpu_ratio_vs_peer"), 3), f(mr, 3),
                        f(b.get("rss_ratio_vs_peer"), 3), ("yes" if tr <= t_target else "NO") if n >= 1 << 20 else "-",
                        (("yes" if mr <= m_target else "NO") if mr is not None else "") if n >= 1 << 20 else "-"])
     note = ("Ratios are SAT's median over its peer's median in the same run (peer: `vanilla` for `sat`, `gspo` for "
-            "`sat_gspo`); `paired` is the median of the per-repetition ratios. Peak memory is above the live "
+            "`sat_gspo`); `paired` is the median of the per-repetition ratios; `CPU-time` is the same ratio on the process CPU "
+            "time (on shared cores the steadier figure: time preempted by other jobs is not counted). Peak memory is above the live "
             "inputs; `peak` = torch CPU allocator live-bytes peak from the profiler's memory events (CUDA: "
             "max_memory_allocated), `RSS` = VmHWM delta in a fresh process. Targets apply from 1M tokens up.")
     C.write_md(out_dir / f"{stem}.md", "bench_loss: SAT vs verl's vanilla / gspo", env,

@@ -1,0 +1,75 @@
+"""torch.profiler breakdown of one loss call (forward+backward) per case, through verl's registry.
+
+Writes ``results/profile_loss_<device>.md``: for each case the aten ops by self CPU time (the forward's and
+the backward's ops together), averaged over ``--reps`` calls, and the Python-level split (cProfile) of SAT's
+forward into sanitise / trust region / surrogate / diagnostics.
+
+    python benchmarks/profile_loss.py --size 4M --cases vanilla,sat[micro]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+import bench_loss as B  # noqa: E402
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="4M")
+    ap.add_argument("--cases", default="vanilla,sat[micro],gspo,sat_gspo[micro]")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rows", type=int, default=18)
+    ap.add_argument("--stem", default="profile_loss_cpu")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    B.init_one_rank_group(device)
+    wanted = args.cases.split(",")
+    cases = [c for c in B.CASES if c.key in wanted]
+    runner = B.Runner(cases, device)
+    n = C.parse_size(args.size)
+    runner.set_inputs(B.make_inputs(n, 4096, device))
+    sections = []
+    for c in cases:
+        runner.call(c, True)()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(args.reps):
+                runner.call(c, True)()
+        ka = prof.key_averages()
+        total = sum(e.self_cpu_time_total for e in ka) / args.reps / 1e3
+        top = sorted(ka, key=lambda e: -e.self_cpu_time_total)[: args.rows]
+        body = C.md_table(["op", "calls / call", "self CPU ms / call", "share"],
+                          [[e.key, f"{e.count / args.reps:.0f}", f"{e.self_cpu_time_total / args.reps / 1e3:.2f}",
+                            f"{e.self_cpu_time_total / args.reps / 1e3 / total:.1%}"] for e in top])
+        sections.append((f"{c.key}: {total:.1f} ms self CPU per forward+backward", body))
+        if c.loss.startswith("sat"):
+            pr = cProfile.Profile()
+            pr.enable()
+            for _ in range(args.reps):
+                runner.call(c, True)()
+            pr.disable()
+            s = io.StringIO()
+            pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(r"sat_ext|backward|agg_loss", 14)
+            lines = [ln for ln in s.getvalue().splitlines() if ln.strip()][-16:]
+            sections.append((f"{c.key}: Python-level split (cProfile, {args.reps} calls)", "```\n" + "\n".join(lines)
+                             + "\n```"))
+        print(sections[-1][0] if not c.loss.startswith("sat") else sections[-2][0], flush=True)
+    env = C.environment(device, tokens=n)
+    C.write_md(C.RESULTS / f"{args.stem}.md", f"profile_loss at {args.size} tokens", env, sections)
+    print(f"wrote {C.RESULTS / args.stem}.md")
+
+
+if __name__ == "__main__":
+    main()
