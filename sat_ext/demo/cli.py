@@ -52,20 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CI form: lags 1,8, one seed, 40 steps, GRPO and SAT-GRPO only (other flags still apply)")
     g.add_argument("--out", default="demo_out", help="output directory")
     g.add_argument("--losses", type=_str_list, default=None,
-                   help="comma list of vanilla,gspo,dppo_tv,sat,sat_gspo (default: all that the backend has)")
-    g.add_argument("--lags", type=_int_list, default=None, help="comma list of lags (default 1,4,8,16)")
-    g.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default 2)")
+                   help="comma list of vanilla,gspo,dppo_tv,sat,sat_gspo; None: all that the backend has")
+    g.add_argument("--lags", type=_int_list, default=None, help="comma list of lags; None: 1,4,8,16 (--quick: 1,8)")
+    g.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1; None: 2 (--quick: 1)")
     g.add_argument("--mode", choices=("interval", "bounded"), default="interval",
                    help="interval: weights reach the rollout copy every <lag> steps (the paper's lag k); "
                         "bounded: a sync every step and no consumed sample older than <lag> (max_lag)")
-    g.add_argument("--steps", type=int, default=None, help="trainer steps per run (default 150)")
+    g.add_argument("--steps", type=int, default=None, help="trainer steps per run; None: 150 (--quick: 40)")
     g.add_argument("--backend", choices=("auto", "verl", "core"), default="auto",
                    help="verl: losses from verl's registry, GRPO advantages from verl; core: sat_ext.core, SAT only")
-    g.add_argument("--jobs", type=int, default=None, help="worker processes (default: number of CPU cores, at most 4)")
+    g.add_argument("--jobs", type=int, default=None, help="worker processes; None: the number of CPU cores, at most 4")
     g.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     g.add_argument("--cache-dir", default=None,
-                   help="where warm starts are cached (default: $XDG_CACHE_HOME/sat_ext/demo or ~/.cache/...)")
+                   help="where warm starts are cached; None: $XDG_CACHE_HOME/sat_ext/demo or ~/.cache/sat_ext/demo")
     g.add_argument("--no-cache", action="store_true", help="always redo the warm start")
     r = p.add_argument_group("RL")
     r.add_argument("--lr", type=float, default=3e-4)
@@ -73,10 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--group-size", type=int, default=8, help="responses per prompt (GRPO group)")
     r.add_argument("--mini-batches", type=int, default=2, help="optimizer updates per trainer step")
     r.add_argument("--temperature", type=float, default=1.0)
-    r.add_argument("--eval-every", type=int, default=None, help="steps between evaluations (default 10)")
-    r.add_argument("--eval-size", type=int, default=None, help="held-out problems per evaluation (default 256)")
-    r.add_argument("--gspo-eps", type=float, nargs=2, default=(3e-4, 4e-4), metavar=("LOW", "HIGH"),
-                   help="GSPO / SAT-GSPO sequence clip radii")
+    r.add_argument("--eval-every", type=int, default=None, help="steps between evaluations; None: 10")
+    r.add_argument("--eval-size", type=int, default=None, help="held-out problems per evaluation; None: 256 (--quick: 128)")
+    r.add_argument("--gspo-eps", type=float, nargs=2, default=(0.1, 0.1), metavar=("LOW", "HIGH"),
+                   help="GSPO / SAT-GSPO sequence clip radii (GSPO's published 3e-4 4e-4 are sized for long "
+                        "responses; with these 4-token answers they make SAT-GSPO train exactly like GSPO)")
     a = p.add_argument_group("asynchrony and mismatch")
     a.add_argument("--prefetch", type=int, default=1,
                    help="interval mode: trainer steps the rollout generates ahead (1 = generation of step s+1 "
@@ -84,10 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--over-bound", choices=("drop", "regenerate"), default="drop",
                    help="bounded mode: what happens to a sample that still exceeds max_lag")
     a.add_argument("--latency-mean", type=float, default=None,
-                   help="mean generation latency of a prompt group in trainer steps (geometric; default 0 in "
-                        "interval mode, 1 in bounded mode, where slow groups can exceed the bound)")
-    a.add_argument("--engine", choices=("bf16", "fp32"), default="bf16",
-                   help="rollout engine precision (the trainer is float32)")
+                   help="mean generation latency of a prompt group in trainer steps (geometric); None: 0 in "
+                        "interval mode, 1 in bounded mode, where slow groups can exceed the bound")
+    a.add_argument("--engine", choices=("bf16", "bf16-native", "fp32"), default="bf16",
+                   help="rollout engine numerics (the trainer is float32): bf16 = bfloat16 rounding of weights, block outputs and logits with float32 arithmetic; bf16-native = real bfloat16 compute (2.5x slower on CPU)")
     a.add_argument("--route-noise", type=float, default=0.1,
                    help="MoE routing mismatch: scale of the fixed perturbation of the rollout routers' logits")
     a.add_argument("--rollout-top-k", type=int, default=None, help="experts per token on the rollout side")

@@ -38,10 +38,15 @@ def test_off_is_identical(setup):
         assert torch.equal(a, b)
 
 
-def test_bf16_engine_changes_log_probs_by_a_small_nonzero_amount(setup):
+@pytest.mark.parametrize("engine", ["bf16", "bf16-native"])
+def test_bf16_engine_changes_log_probs_by_a_small_nonzero_amount(setup, engine):
     policy, task, prompts = setup
-    eng, resp, lp, trainer, m = _gen(policy, task, prompts, Mismatch(engine="bf16"))
-    assert next(eng.model.parameters()).dtype == torch.bfloat16
+    eng, resp, lp, trainer, m = _gen(policy, task, prompts, Mismatch(engine=engine))
+    p = next(eng.model.parameters())
+    if engine == "bf16-native":
+        assert p.dtype == torch.bfloat16
+    else:  # emulated: float32 storage holding bfloat16-representable values
+        assert p.dtype == torch.float32 and torch.equal(p, p.to(torch.bfloat16).float())
     assert next(policy.parameters()).dtype == torch.float32
     d = (trainer - lp)[m].abs()
     assert d.max() > 0
@@ -85,6 +90,10 @@ def test_sync_follows_the_trainer(setup):
     eng.sync(trainer, version=3)
     assert eng.version == 3
     assert torch.equal(eng.log_probs(prompts, resp), new)
+    bf = RolloutEngine(trainer, Mismatch(engine="bf16"))
+    bf.sync(trainer, version=1)
+    p = next(bf.model.parameters())
+    assert torch.equal(p, p.to(torch.bfloat16).float())  # rounded again after every sync
 
 
 def test_mismatch_validation():
