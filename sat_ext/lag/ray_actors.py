@@ -9,6 +9,7 @@ and a late or duplicate submit is rejected.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -145,15 +146,34 @@ class LagControllerActor:
 def run_producer(
     controller: ray.actor.ActorHandle,
     generate: Callable[[Claim], tuple[Any, VersionSpan]],
+    renew_every_s: float | None = None,
 ) -> int:
     """Claim, generate and submit until a closed controller has nothing left; returns the samples accepted.
 
-    ``generate(claim)`` returns the payload and the span of versions that generated it.
+    ``generate(claim)`` returns the payload and the span of versions that generated it. With
+    ``renew_every_s``, a background thread renews the claim's lease that often while ``generate`` runs,
+    so generations longer than ``lag.lease_s`` keep their claim (use a period well under the lease).
     """
     accepted = 0
     while True:
         claim = ray.get(controller.claim.remote())
         if claim is None:
             return accepted
-        payload, span = generate(claim)
+        done = threading.Event()
+        renewer = None
+        if renew_every_s is not None:
+            renewer = threading.Thread(target=_renew_until, args=(controller, claim, renew_every_s, done), daemon=True)
+            renewer.start()
+        try:
+            payload, span = generate(claim)
+        finally:
+            done.set()
+            if renewer is not None:
+                renewer.join()
         accepted += bool(ray.get(controller.submit.remote(claim, payload, span.oldest, span.newest)))
+
+
+def _renew_until(controller: ray.actor.ActorHandle, claim: Claim, every_s: float, done: threading.Event) -> None:
+    while not done.wait(every_s):
+        if ray.get(controller.renew.remote(claim)) is None:
+            return  # the claim is void (expired or already accepted): nothing left to keep alive

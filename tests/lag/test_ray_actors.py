@@ -31,6 +31,7 @@ class Producer:
         stall_after: int | None = None,
     ):
         self.controller = controller
+        self.seed = seed
         self.rng = random.Random(seed)
         self.gen_s = gen_s
         self.straggler_prob = straggler_prob
@@ -48,10 +49,10 @@ class Producer:
         time.sleep(duration)
         newest = ray.get(self.controller.version.remote())
         self.generated.append(claim.sample_id)
-        return ("sample", claim.sample_id), VersionSpan(claim.version, newest)
+        return (("sample", claim.sample_id), self.seed), VersionSpan(claim.version, newest)
 
-    def run(self) -> int:
-        return run_producer(self.controller, self._generate)
+    def run(self, renew_every_s: float | None = None) -> int:
+        return run_producer(self.controller, self._generate, renew_every_s=renew_every_s)
 
     def progress(self):
         """(ids generated and submitted or being submitted, the claim being generated now)."""
@@ -150,6 +151,30 @@ def test_killed_producer_loses_and_duplicates_nothing(ray_session):
     assert claim.sample_id in ids  # its in-flight sample was generated again, not lost
     assert sorted(ids) == list(range(ray.get(controller.stats.remote())["next_id"]))  # no gap: nothing lost
     assert accepted + len(generated) == len(ids)  # every accepted sample, from either producer, was trained on
+    ray.kill(controller)
+
+
+@pytest.mark.parametrize("renew_every_s", [0.1, None])
+def test_renewed_claims_outlive_their_lease(ray_session, renew_every_s):
+    cfg = LagConfig(mode="bounded", max_lag=0, batch_size=2, lease_s=0.4)
+    controller = LagControllerActor.remote(cfg.to_dict())
+    slow = Producer.remote(controller, seed=15, gen_s=(1.5, 1.5))  # a generation takes ~4 leases
+    fast = Producer.remote(controller, seed=16, gen_s=(0.01, 0.01))
+    ray.get([slow.progress.remote(), fast.progress.remote()])  # both processes are up
+    slow_run = slow.run.remote(renew_every_s=renew_every_s)
+    deadline = time.monotonic() + 30
+    while (claim := ray.get(slow.progress.remote())[1]) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    fast_run = fast.run.remote()
+    batch = ray.get(controller.take.remote(30.0))
+    [payload] = [s.payload for s in batch if s.sample_id == claim.sample_id]
+    # renewed, the slow producer keeps its sample; unrenewed, the lease lapses and the fast one takes it over
+    assert payload == (("sample", claim.sample_id), 15 if renew_every_s else 16)
+    ray.get(controller.complete_step.remote())
+    ray.get(controller.record_sync.remote())
+    _drain(controller)
+    ray.get([slow_run, fast_run], timeout=30)
     ray.kill(controller)
 
 
