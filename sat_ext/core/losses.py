@@ -70,6 +70,13 @@ def _all_finite(tensors) -> bool:
     return total is None or bool(torch.isfinite(total))
 
 
+def _newly_clipped(clipped: torch.Tensor, ppo_clipped: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``clipped & ~ppo_clipped & mask``, in ``ppo_clipped``'s storage (a temporary) when the shapes allow it."""
+    if clipped.shape == ppo_clipped.shape == mask.shape:
+        return ppo_clipped.logical_not_().bitwise_and_(clipped).bitwise_and_(mask)
+    return clipped & ~ppo_clipped & mask
+
+
 def _sanitize(
     cfg: SATConfig, mask: torch.Tensor, **tensors: torch.Tensor | None
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
@@ -152,8 +159,10 @@ def _finish(
         dev = loss_mat.device
         n_active = torch.count_nonzero(mask)
         denom = n_active.float().clamp_min(1.0)
-        ppo_clipped = torch.gt(neg_adv * torch.clamp(ratio.detach(), 1.0 - cfg.eps_low, 1.0 + cfg.eps_high),
-                               pg_losses1.detach())
+        ppo_pg2 = torch.clamp(ratio.detach(), 1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
+        ppo_pg2 = ppo_pg2.mul_(neg_adv) if ppo_pg2.shape == neg_adv.shape else neg_adv * ppo_pg2
+        ppo_clipped = torch.gt(ppo_pg2, pg_losses1.detach())
+        del ppo_pg2
         if d_mask is mask:
             metrics = region.diagnostics(d, d_mask, weights=m, count=n_active)
         else:
@@ -167,7 +176,7 @@ def _finish(
             any_clamped = False
         metrics.update(
             active=torch.ones((), device=dev),
-            newly_clipped_frac=torch.count_nonzero(clipped & ~ppo_clipped & mask).float() / denom,
+            newly_clipped_frac=torch.count_nonzero(_newly_clipped(clipped, ppo_clipped, mask)).float() / denom,
             nonfinite_frac=torch.count_nonzero(bad & mask).float() / denom if bad is not None else zero,
             log_ratio_clamped_frac=(torch.count_nonzero((raw.abs() > LOG_RATIO_CLAMP) & mask).float() / denom
                                     if any_clamped else zero.clone()),
@@ -175,7 +184,8 @@ def _finish(
             pg_clipfrac=(clipped & mask).float().sum() / denom,
             pg_clipfrac_lower=((dual_clipped & mask).float().sum() / denom if dual_clipped is not None
                                else zero.clone()),
-            ppo_kl=(-kl_log_ratio * m).sum() / denom,
+            ppo_kl=(torch.neg(kl_log_ratio).mul_(m) if kl_log_ratio.shape == m.shape else -kl_log_ratio * m).sum()
+            / denom,
         )
     return SATLossOutput(loss_mat=loss_mat, ratio=ratio, clipped=clipped, region=region, metrics=metrics)
 

@@ -26,6 +26,13 @@ from .kernels import contraction
 from .quantile import global_masked_quantile, masked_quantile
 
 
+def _into(op, fresh: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """``op(fresh, other)`` written into ``fresh`` (a temporary of the caller's) when the shapes allow it."""
+    if fresh.shape == other.shape:
+        return op(fresh, other, out=fresh)
+    return op(fresh, other)
+
+
 @dataclass
 class TrustRegion:
     """Bounds and diagnostics of one gate scope; tensors have the shape of the proxy d.
@@ -59,8 +66,8 @@ class TrustRegion:
         return {
             "gate_rate": torch.count_nonzero(self.gated & mask).float() / denom,
             "threshold_q": self.q.detach().float(),
-            "radius_low_mean": ((1.0 - self.lo) * m).sum() / denom,
-            "radius_high_mean": ((self.hi - 1.0) * m).sum() / denom,
+            "radius_low_mean": _into(torch.mul, 1.0 - self.lo, m).sum() / denom,
+            "radius_high_mean": _into(torch.mul, self.hi - 1.0, m).sum() / denom,
             "contraction_min": torch.where(mask, self.c, ones).min() if self.c.numel() else ones,
             "abs_log_ratio_mean": (abs_d * m).sum() / denom,
         }
@@ -98,7 +105,7 @@ def adaptive_trust_region(
     if not bool(q > 0):  # q == 0: nothing is gated, nominal bounds
         return TrustRegion(lo=torch.full_like(d, lo_nom), hi=torch.full_like(d, hi_nom), c=torch.ones_like(d),
                            gated=torch.zeros_like(mask), q=q, abs_d=abs_d)
-    gated = mask & (abs_d > q)
+    gated = _into(torch.bitwise_and, torch.gt(abs_d, q), mask)
     if cfg.c_min >= 1:  # c = max(K, 1) = 1 everywhere: PPO's bounds
         return TrustRegion(lo=torch.full_like(d, lo_nom), hi=torch.full_like(d, hi_nom), c=torch.ones_like(d),
                            gated=gated, q=q, abs_d=abs_d)
@@ -112,8 +119,9 @@ def adaptive_trust_region(
     contracted = c < 1  # c == 1 off the gate
     # The selections below are sparse (the contracted tail): a where on a dense random mask is several times
     # slower on CPU (branch mispredictions), so the sign is folded into the sparse mask, not selected alone.
-    hi = torch.where(contracted & (d > 0), (c * cfg.eps_high).add_(1.0), hi_nom)
-    lo = torch.where(contracted & (d < 0), (c * cfg.eps_low).neg_().add_(1.0), lo_nom)
+    hi = torch.where(_into(torch.bitwise_and, torch.gt(d, 0), contracted), (c * cfg.eps_high).add_(1.0), hi_nom)
+    lo = torch.where(_into(torch.bitwise_and, torch.lt(d, 0), contracted), (c * cfg.eps_low).neg_().add_(1.0),
+                     lo_nom)
     if not _nominal_is_unit_step(cfg):
         hi, lo = hi.clamp_(max=hi_nom), lo.clamp_(min=lo_nom)
     # else: float32 1 + eps * 1 is the nominal bound and c <= 1, so 1 + eps * c lies inside the nominal interval
