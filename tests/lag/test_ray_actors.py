@@ -156,9 +156,9 @@ def test_killed_producer_loses_and_duplicates_nothing(ray_session):
 
 @pytest.mark.parametrize("renew_every_s", [0.1, None])
 def test_renewed_claims_outlive_their_lease(ray_session, renew_every_s):
-    cfg = LagConfig(mode="bounded", max_lag=0, batch_size=2, lease_s=0.4)
+    cfg = LagConfig(mode="bounded", max_lag=0, batch_size=2, lease_s=1.0)
     controller = LagControllerActor.remote(cfg.to_dict())
-    slow = Producer.remote(controller, seed=15, gen_s=(1.5, 1.5))  # a generation takes ~4 leases
+    slow = Producer.remote(controller, seed=15, gen_s=(3.0, 3.0))  # a generation takes 3 leases
     fast = Producer.remote(controller, seed=16, gen_s=(0.01, 0.01))
     ray.get([slow.progress.remote(), fast.progress.remote()])  # both processes are up
     slow_run = slow.run.remote(renew_every_s=renew_every_s)
