@@ -41,9 +41,10 @@ def _git_commit() -> str:
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "sat_ext"],
+        paths = ("sat_ext/core", "sat_ext/verl", "sat_ext/lag")
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", *paths],
                                capture_output=True, text=True, timeout=10).stdout.strip()
-        return out.stdout.strip() + ("+dirty(sat_ext)" if dirty else "")
+        return out.stdout.strip() + (" + uncommitted changes in sat_ext/{core,verl,lag}" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 

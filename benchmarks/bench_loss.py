@@ -33,6 +33,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,14 +199,14 @@ def equality_check(device: torch.device, n_tokens: int = 1 << 16, seq_len: int =
 # --------------------------------------------------------------------------------------------------- timing
 
 
-def time_size(runner: Runner, n: int, reps: int, device: torch.device) -> list[dict]:
+def time_size(runner: Runner, n: int, reps: int, device: torch.device, modes=("fwd", "fwd+bwd")) -> list[dict]:
     cases = list(runner.cfgs)
-    samples = {(c, m): [] for c in cases for m in ("fwd", "fwd+bwd")}
-    cpu = {(c, m): [] for c in cases for m in ("fwd", "fwd+bwd")}
+    samples = {(c, m): [] for c in cases for m in modes}
+    cpu = {(c, m): [] for c in cases for m in modes}
     for rep in range(reps):
         order = cases[rep % len(cases):] + cases[: rep % len(cases)]
         for c in order:
-            for mode in ("fwd", "fwd+bwd"):
+            for mode in modes:
                 wall, cpu_s = C.timed2(runner.call(c, mode == "fwd+bwd"), device)
                 samples[(c, mode)].append(wall)
                 cpu[(c, mode)].append(cpu_s)
@@ -233,8 +234,6 @@ def time_size(runner: Runner, n: int, reps: int, device: torch.device) -> list[d
 
 def memory_rows_cpu(runner: Runner, n: int, with_rss: bool) -> list[dict]:
     rows = []
-    for c in runner.cfgs:  # one warm call per case first (lazy allocations of the first call)
-        runner.call(c, True)()
     for c in runner.cfgs:
         peak, fwd_peak = C.torch_alloc_peak_bytes(runner.call(c, True, marker="sat_bench::forward"),
                                                    marker="sat_bench::forward")
@@ -268,10 +267,16 @@ def mem_worker(args) -> None:
     device = torch.device("cpu")
     init_one_rank_group(device)
     runner = Runner(CASES, device)
-    with_rss = C.rss_probe_available()
+    with_rss = C.rss_probe_available() and not args.no_rss
+    runner.set_inputs(make_inputs(1 << 16, args.seq_len, device))
+    for c in runner.cfgs:  # one warm call per case (lazy allocations of a first call), at a small size
+        runner.call(c, True)()
     for n in [C.parse_size(s) for s in args.sizes.split(",")]:
+        t0 = time.perf_counter()
         runner.set_inputs(make_inputs(n, args.seq_len, device))
-        for row in memory_rows_cpu(runner, n, with_rss):
+        rows = memory_rows_cpu(runner, n, with_rss)
+        for row in rows:
+            row["memory_phase_s"] = time.perf_counter() - t0
             print("MEMROW " + json.dumps(row), flush=True)
         runner.x = None
 
@@ -280,6 +285,8 @@ def run_mem_subprocess(args, sizes: list[int]) -> list[dict]:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_ARENA_MAX="2")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--mem-worker", "--sizes",
            ",".join(C.fmt_size(s) for s in sizes), "--threads", str(args.threads), "--seq-len", str(args.seq_len)]
+    if args.no_rss:
+        cmd.append("--no-rss")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"memory worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -322,11 +329,11 @@ def render(rows: list[dict], env: dict, out_dir: Path, stem: str, targets: tuple
     body = []
     for n in sorted({r["tokens"] for r in rows}):
         for c in [c.key for c in CASES]:
-            a, b = by.get((n, c, "fwd")), by.get((n, c, "fwd+bwd"))
-            if a is None:
+            a, b = by.get((n, c, "fwd"), {}), by.get((n, c, "fwd+bwd"), {})
+            if not a and not b:
                 continue
-            body.append([C.fmt_size(n), c, f(a["time_ms_median"], 2), f(a.get("time_ratio_vs_peer"), 3),
-                         f(a.get("peak_alloc_mib")), f(a.get("mem_ratio_vs_peer"), 3), f(b["time_ms_median"], 2),
+            body.append([C.fmt_size(n), c, f(a.get("time_ms_median"), 2), f(a.get("time_ratio_vs_peer"), 3),
+                         f(a.get("peak_alloc_mib")), f(a.get("mem_ratio_vs_peer"), 3), f(b.get("time_ms_median"), 2),
                          f(b.get("time_ratio_vs_peer"), 3), f(b.get("peak_alloc_mib")),
                          f(b.get("mem_ratio_vs_peer"), 3), f(b.get("peak_rss_mib")), f(b.get("rss_ratio_vs_peer"), 3)])
     # headline: SAT[micro] and SAT[global] vs vanilla, SAT-GSPO vs gspo, forward+backward, sizes >= 1M
@@ -404,6 +411,8 @@ def main(argv=None) -> None:
     ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-rss", action="store_true", help="CPU: only the allocator peak, not the RSS cross-check")
+    ap.add_argument("--modes", default="fwd,fwd+bwd", help="timed modes (comma list of fwd, fwd+bwd)")
     ap.add_argument("--out", default=str(C.RESULTS))
     ap.add_argument("--stem", default=None, help="result file stem (default bench_loss_<device>)")
     ap.add_argument("--mem-worker", action="store_true", help=argparse.SUPPRESS)
@@ -426,10 +435,14 @@ def main(argv=None) -> None:
     for c in CASES:
         runner.call(c, True)()
     time_rows, mem_rows = [], []
+    modes = tuple(m for m in ("fwd", "fwd+bwd") if m in args.modes.split(","))
     for n in sizes:
+        t0 = time.perf_counter()
         reps = args.reps or (3 if args.quick else default_reps(n))
         runner.set_inputs(make_inputs(n, args.seq_len, device))
-        rows = time_size(runner, n, reps, device)
+        rows = time_size(runner, n, reps, device, modes)
+        for r in rows:
+            r["timing_phase_s"] = time.perf_counter() - t0
         time_rows += rows
         for r in rows:
             if r["mode"] == "fwd+bwd":
