@@ -104,6 +104,21 @@ def _sanitize(
     return out, bad
 
 
+def _reachable_bounds(
+    cfg: SATConfig, adv: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The nominal endpoint where the advantage's sign cannot reach the contracted one (pull-back tokens).
+
+    For A > 0 the clipped surrogate depends on ``hi`` only, for A < 0 on ``lo`` only, so this changes no
+    value. It keeps PPO's exact gradient on pull-back tokens (A > 0 with lo contracted, A < 0 with hi
+    contracted): with r a float32 step beyond a contracted endpoint, ``-A * r`` and ``-A * lo`` can round to
+    the same value, and ``torch.maximum`` then splits the gradient in half where PPO gives it whole.
+    """
+    lo = torch.where(adv > 0, 1.0 - cfg.eps_low, lo)
+    hi = torch.where(adv < 0, 1.0 + cfg.eps_high, hi)
+    return lo, hi
+
+
 def _surrogate(
     ratio: torch.Tensor, adv: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, dual_clip: float | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
@@ -215,7 +230,8 @@ def sat_token_loss(
     else:
         d = torch.clamp(lp.detach() - t["rollout_log_prob"], min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     region = adaptive_trust_region(d, mask, cfg, group)
-    loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, adv, region.lo, region.hi, cfg.dual_clip)
+    lo, hi = _reachable_bounds(cfg, adv, region.lo, region.hi)
+    loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, adv, lo, hi, cfg.dual_clip)
     return _finish(cfg, loss_mat, ratio, neg_adv, pg1, clipped, dual_clipped, region, d, mask, mask, mask.float(),
                    raw.detach(), bad, log_ratio.detach())
 
@@ -263,6 +279,7 @@ def sat_gspo_loss(
         d = torch.clamp(ref_raw, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         region = adaptive_trust_region(d, mask, cfg, group)
         lo, hi, d_mask = region.lo, region.hi, mask
+    lo, hi = _reachable_bounds(cfg, adv, lo, hi)
     loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, adv, lo, hi, cfg.dual_clip)
     return _finish(cfg, loss_mat, ratio, neg_adv, pg1, clipped, dual_clipped, region, d, d_mask, mask, m,
                    raw.detach(), bad, raw.detach())
