@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 DEFAULT_LAGS = (1, 4, 8, 16)
+DEFAULT_SEEDS = 3
+DEFAULT_STEPS = 120
 QUICK = dict(lags=(1, 8), seeds=1, steps=40, eval_every=10, eval_size=128)
 WARM_FORMAT = 1  # bump when the warm start's code changes, so old cache files are not reused
 
@@ -54,11 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--losses", type=_str_list, default=None,
                    help="comma list of vanilla,gspo,dppo_tv,sat,sat_gspo; None: all that the backend has")
     g.add_argument("--lags", type=_int_list, default=None, help="comma list of lags; None: 1,4,8,16 (--quick: 1,8)")
-    g.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1; None: 2 (--quick: 1)")
+    g.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1; None: 3 (--quick: 1)")
     g.add_argument("--mode", choices=("interval", "bounded"), default="interval",
                    help="interval: weights reach the rollout copy every <lag> steps (the paper's lag k); "
                         "bounded: a sync every step and no consumed sample older than <lag> (max_lag)")
-    g.add_argument("--steps", type=int, default=None, help="trainer steps per run; None: 150 (--quick: 40)")
+    g.add_argument("--steps", type=int, default=None, help="trainer steps per run; None: 120 (--quick: 40)")
     g.add_argument("--backend", choices=("auto", "verl", "core"), default="auto",
                    help="verl: losses from verl's registry, GRPO advantages from verl; core: sat_ext.core, SAT only")
     g.add_argument("--jobs", type=int, default=None, help="worker processes; None: the number of CPU cores, at most 4")
@@ -283,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         notes.append("backend: sat_ext.core (verl not used): SAT losses with a local aggregation, GRPO advantages "
                      "computed by the demo itself")
     lags = args.lags or list(QUICK["lags"] if args.quick else DEFAULT_LAGS)
-    n_seeds = args.seeds if args.seeds is not None else (QUICK["seeds"] if args.quick else 2)
-    steps = args.steps if args.steps is not None else (QUICK["steps"] if args.quick else 150)
+    n_seeds = args.seeds if args.seeds is not None else (QUICK["seeds"] if args.quick else DEFAULT_SEEDS)
+    steps = args.steps if args.steps is not None else (QUICK["steps"] if args.quick else DEFAULT_STEPS)
     eval_every = args.eval_every or (QUICK["eval_every"] if args.quick else 10)
     eval_size = args.eval_size or (QUICK["eval_size"] if args.quick else 256)
     if n_seeds < 1 or steps < 1:
@@ -413,7 +415,7 @@ def write_outputs(out: Path, results, losses, lags, args, kind, mismatch, warm_s
     if failed:
         header.append(f"FAILED runs: {', '.join(r.spec.run_id for r in failed)} (see stderr).")
     header.append("")
-    (out / "summary.md").write_text(report.summarize(rows, header, eval_size=spec.eval_size if spec else 256))
+    (out / "summary.md").write_text(report.summarize(rows, header, results, eval_size=spec.eval_size if spec else 256))
     with (out / "history.jsonl").open("w") as f:
         for r in results:
             f.write(json.dumps({"run": r.spec.run_id, "loss": r.spec.loss, "lag": r.spec.lag, "seed": r.spec.seed,

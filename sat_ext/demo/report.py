@@ -307,86 +307,150 @@ def plot_lag_histogram(results: list[RunResult], lags: list[int], out: Path) -> 
 
 # --------------------------------------------------------------------------- summary
 
-def summarize(rows: list[dict], header: list[str], tol_floor: float = 0.03, eval_size: int = 256) -> str:
-    """An honest reading of the table: per loss, how its final reward moves with lag; SAT vs the best baseline.
+SAT_BASE = {"sat": "vanilla", "sat_gspo": "gspo"}
 
-    Differences smaller than ``tol`` = max(tol_floor, 2 x the larger standard error over seeds) are
-    called ties.
+
+def _paired(results: list[RunResult], a: tuple[str, int], b: tuple[str, int]) -> tuple[float, float, int] | None:
+    """Mean and standard error over seeds of final(a) - final(b), paired by seed (same warm start, prompts,
+    sampling noise and eval draws), or None when no seed has both."""
+    fa = {r.spec.seed: r.final for r in results if (r.spec.loss, r.spec.lag) == a and r.error is None}
+    fb = {r.spec.seed: r.final for r in results if (r.spec.loss, r.spec.lag) == b and r.error is None}
+    diffs = [fa[s] - fb[s] for s in sorted(set(fa) & set(fb))]
+    if not diffs:
+        return None
+    se = float(np.std(diffs, ddof=1) / math.sqrt(len(diffs))) if len(diffs) > 1 else float("nan")
+    return float(np.mean(diffs)), se, len(diffs)
+
+
+def _verdict(diff: tuple[float, float, int], tol_floor: float) -> tuple[str, float]:
+    mean, se, _n = diff
+    tol = max(tol_floor, 2 * se) if math.isfinite(se) else max(tol_floor, 0.05)
+    return ("above" if mean > tol else "below" if mean < -tol else "tie"), tol
+
+
+def _gate_means(results: list[RunResult], loss: str, lag: int) -> dict[str, float]:
+    keys = ("actor/sat/threshold_q", "actor/sat/newly_clipped_frac", "actor/sat/gate_rate")
+    runs = [r for r in results if (r.spec.loss, r.spec.lag) == (loss, lag) and r.error is None]
+    return {k.split("/")[-1]: float(np.mean([_hmean(r, k) for r in runs])) for k in keys} if runs else {}
+
+
+def summarize(rows: list[dict], header: list[str], results: list[RunResult] | None = None,
+              tol_floor: float = 0.03, eval_size: int = 256) -> str:
+    """An honest reading of the table, with comparisons paired by seed.
+
+    Every comparison is a difference of final rewards between two runs of the same seed (same warm start,
+    prompt stream and sampling noise), averaged over seeds; it counts only when its mean exceeds
+    ``tol`` = max(tol_floor, 2 standard errors of the paired difference), otherwise it is a tie.
     """
+    results = results or []
     by = {(r["loss"], r["lag"]): r for r in rows}
     losses = list(dict.fromkeys(r["loss"] for r in rows))
     lags = sorted({r["lag"] for r in rows})
     lines = list(header)
     if not rows:
         return "\n".join(lines + ["No run finished."]) + "\n"
-
-    def tol(a: dict, b: dict) -> float:
-        se = max(a["final_std"] / math.sqrt(a["seeds"]), b["final_std"] / math.sqrt(b["seeds"]))
-        return max(tol_floor, 2 * se)
-
+    seeds = max(r["seeds"] for r in rows)
     start = float(np.mean([r["start_reward"] for r in rows]))
-    lines.append(f"Warm start reward {start:.3f}; reward = exact match of the trainer's policy on {eval_size} held-out "
-                 f"problems; a difference under max({tol_floor}, 2 standard errors over seeds) is called a tie.")
-    lines.append("")
     lo_lag = lags[0]
-    lines.append("Per loss (final reward by lag):")
+    lines.append(f"Reward = exact match of the trainer's own policy on {eval_size} held-out problems (sampled at "
+                 f"temperature 1); final = mean of the last 3 evaluations; warm start {start:.3f} (mean over "
+                 f"{seeds} seed(s)). Comparisons are paired by seed; a difference counts only above "
+                 f"max({tol_floor}, 2 standard errors of the paired difference), otherwise it is a tie.")
+    lines.append("")
+    lines.append(f"Does reward rise at lag {lo_lag}? (final - warm start, same seed)")
     for loss in losses:
-        base = by.get((loss, lo_lag))
-        if base is None:
+        runs = [r for r in results if (r.spec.loss, r.spec.lag) == (loss, lo_lag) and r.error is None]
+        if not runs:
             continue
-        parts = []
-        broke = None
-        for k in lags:
-            r = by.get((loss, k))
-            if r is None:
+        gains = [r.final - r.evals[0][1] for r in runs]
+        se = float(np.std(gains, ddof=1) / math.sqrt(len(gains))) if len(gains) > 1 else float("nan")
+        word, _ = _verdict((float(np.mean(gains)), se, len(gains)), tol_floor)
+        lines.append(f"- {LABELS.get(loss, loss)}: {np.mean(gains):+.3f}" + (f" ± {se:.3f}" if math.isfinite(se) else "")
+                     + (" (rises)" if word == "above" else " (falls)" if word == "below" else " (no clear change)"))
+    lines.append("")
+    lines.append(f"Where each loss breaks as lag grows (final at lag k - final at lag {lo_lag}, same seed):")
+    for loss in losses:
+        if (loss, lo_lag) not in by:
+            continue
+        parts, broke = [], None
+        for k in lags[1:]:
+            d = _paired(results, (loss, k), (loss, lo_lag))
+            if d is None:
                 continue
-            parts.append(f"lag {k}: {r['final_mean']:.3f}")
-            if k != lo_lag and broke is None:
-                if r["final_mean"] < start - tol(r, base):
-                    broke = (k, "falls below the warm start")
-                elif r["final_mean"] < base["final_mean"] - tol(r, base):
-                    broke = (k, f"drops below its lag-{lo_lag} result")
-        verdict = (f"first breaks at lag {broke[0]} ({broke[1]})" if broke
-                   else f"holds its lag-{lo_lag} result at every lag tried")
-        rose = base["final_mean"] - start
-        lines.append(f"- {LABELS.get(loss, loss)}: " + ", ".join(parts) + f"; gain at lag {lo_lag} "
-                     f"{rose:+.3f}; {verdict}.")
+            word, tol = _verdict(d, tol_floor)
+            parts.append(f"lag {k} {d[0]:+.3f}" + (f" ± {d[1]:.3f}" if math.isfinite(d[1]) else ""))
+            if word == "below" and broke is None:
+                broke = k
+        final_hi = by.get((loss, lags[-1]))
+        collapse = final_hi is not None and final_hi["final_mean"] < start - tol_floor
+        if broke is None:
+            verdict = f"no lag tried is clearly worse than lag {lo_lag}"
+        else:
+            verdict = f"first clearly worse at lag {broke}"
+        if collapse:
+            verdict += f"; at lag {lags[-1]} it ends below its warm start (collapse)"
+        lines.append(f"- {LABELS.get(loss, loss)}: " + (", ".join(parts) if parts else "(one lag only)")
+                     + f"; {verdict}.")
     sat_losses = [l for l in SAT_LOSSES if l in losses]
     baselines = [l for l in losses if l not in SAT_LOSSES]
     lines.append("")
-    if baselines and sat_losses:
-        lines.append("SAT against the best baseline at each lag:")
-        wins = ties = losses_n = 0
+    if sat_losses and baselines:
+        lines.append("Does SAT win? (SAT - baseline, same seed)")
+        tally = {"above": 0, "tie": 0, "below": 0}
         for k in lags:
-            base_rows = [by[(b, k)] for b in baselines if (b, k) in by]
-            if not base_rows:
-                continue
-            best = max(base_rows, key=lambda r: r["final_mean"])
+            cells = []
             for s in sat_losses:
-                r = by.get((s, k))
-                if r is None:
-                    continue
-                diff = r["final_mean"] - best["final_mean"]
-                t = tol(r, best)
-                word = "wins" if diff > t else ("loses" if diff < -t else "ties")
-                wins += word == "wins"
-                ties += word == "ties"
-                losses_n += word == "loses"
-                lines.append(f"- lag {k}: {LABELS[s]} {r['final_mean']:.3f} vs {best['label']} "
-                             f"{best['final_mean']:.3f} ({diff:+.3f}, tolerance {t:.3f}): {word}.")
-        lines.append(f"Overall: SAT wins {wins}, ties {ties}, loses {losses_n} of the comparisons.")
+                rivals = [SAT_BASE[s]] if SAT_BASE[s] in baselines else []
+                best = max((b for b in baselines if (b, k) in by), key=lambda b: by[(b, k)]["final_mean"], default=None)
+                if best is not None and best not in rivals:
+                    rivals.append(best)
+                for b in rivals:
+                    d = _paired(results, (s, k), (b, k))
+                    if d is None:
+                        continue
+                    word, tol = _verdict(d, tol_floor)
+                    tally[word] += 1
+                    tag = "its base" if b == SAT_BASE[s] else "best baseline"
+                    cells.append(f"{LABELS[s]} vs {LABELS.get(b, b)} ({tag}) {d[0]:+.3f}"
+                                 + (f" ± {d[1]:.3f}" if math.isfinite(d[1]) else "")
+                                 + {"above": " WIN", "below": " LOSS", "tie": " tie"}[word])
+            if cells:
+                lines.append(f"- lag {k}: " + "; ".join(cells))
+        lines.append(f"Overall: SAT wins {tally['above']}, ties {tally['tie']}, loses {tally['below']} of "
+                     f"{sum(tally.values())} comparisons.")
     elif sat_losses:
-        lines.append("Only SAT losses ran (no verl: baselines need verl's registry), so there is no comparison.")
-    hi = [r for r in rows if r["lag"] == lags[-1]]
-    if hi and len(lags) > 1:
+        lines.append("Only SAT losses ran (the baselines need verl's registry), so there is no comparison.")
+    if sat_losses:
         lines.append("")
-        stale = float(np.mean([r["abs_log_ratio_p99"] for r in hi]))
-        stale0 = float(np.mean([r["abs_log_ratio_p99"] for r in rows if r["lag"] == lo_lag]))
-        lines.append(f"Staleness: the p99 of |log r| per step averages {stale0:.3g} at lag {lo_lag} "
-                     f"(engine/routing mismatch and within-step updates only) and {stale:.3g} at lag {lags[-1]}.")
-        sat_hi = [r for r in hi if r["loss"] in SAT_LOSSES]
-        for r in sat_hi:
-            lines.append(f"{r['label']} at lag {lags[-1]}: gate rate {r['sat_gate_rate']:.3f}, mean effective radii "
-                         f"lower {r['sat_radius_low']:.3g} / upper {r['sat_radius_high']:.3g}, newly clipped "
-                         f"{r['sat_newly_clipped']:.4f} of tokens.")
+        lines.append("What SAT did (per step averages): gate threshold q (the 90% quantile of |log r|) against "
+                     "the nominal radius, and the fraction of tokens SAT newly clipped:")
+        for s in sat_losses:
+            run0 = next((r for r in results if r.spec.loss == s), None)
+            eps = run0.spec.setting.eps_high if run0 else float("nan")
+            cells = []
+            crossed = None
+            for k in lags:
+                g = _gate_means(results, s, k)
+                if not g:
+                    continue
+                cells.append(f"lag {k}: q {g['threshold_q']:.3f}, newly clipped {g['newly_clipped_frac']:.4f}")
+                if crossed is None and g["threshold_q"] > eps:
+                    crossed = k
+            note = ""
+            if crossed is not None:
+                note = (f" From lag {crossed} on q exceeds the nominal radius {eps:g}, so every gated token starts "
+                        f"the update already outside the nominal interval: the contraction then mostly lands where "
+                        f"the base loss clips anyway, and SAT does less, not more, as lag grows.")
+            lines.append(f"- {LABELS[s]}: " + "; ".join(cells) + "." + note)
+    if len(lags) > 1:
+        lines.append("")
+        cells = []
+        for k in lags:
+            rk = [r for r in rows if r["lag"] == k]
+            cells.append(f"lag {k}: sample lag {np.mean([r['lag_steps_mean'] for r in rk]):.1f} mean / "
+                         f"{max(r['lag_steps_max'] for r in rk):.0f} max steps, |log r| mean "
+                         f"{np.mean([r['abs_log_ratio_mean'] for r in rk]):.3f}, p99 "
+                         f"{np.mean([r['abs_log_ratio_p99'] for r in rk]):.2f}")
+        lines.append("Staleness consumed (all losses): " + "; ".join(cells) + f". At lag {lo_lag} it is the "
+                     "engine and routing mismatch plus the updates within a step.")
     return "\n".join(lines) + "\n"

@@ -60,7 +60,7 @@ class RunSpec:
     setting: LossSetting
     backend: str = "verl"
     mode: str = "interval"
-    steps: int = 150
+    steps: int = 120
     prompts_per_step: int = 8
     group_size: int = 8
     mini_batches: int = 2
@@ -103,7 +103,7 @@ class RunResult:
 
     @property
     def final(self) -> float:
-        """Mean eval reward over the last three evaluations (the last ~30 steps by default)."""
+        """Mean eval reward over the last three evaluations (the last ~20 steps by default)."""
         tail = [r for _, r in self.evals[-3:]]
         return float(np.mean(tail)) if tail else float("nan")
 
