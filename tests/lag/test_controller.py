@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sat_ext.lag import LagConfig, LagController, LagProtocolError, VersionSpan
+from sat_ext.lag import LagConfig, LagController, LagProtocolError, VersionSpan, lag_in_steps, sample_lag
 from sat_ext.lag.schedule import bounded_admits, scheduled_lag, scheduled_version
 
 from .sim import simulate
@@ -116,6 +116,19 @@ def test_lag_uses_the_oldest_version_of_a_partial_rollout():
     ctl.submit(c, None, VersionSpan(0, 2))
     [s] = ctl.take()
     assert (s.lag, s.span.spans_syncs) == (2, True)
+
+
+def test_version_span_of_a_resumed_partial_rollout():
+    span = VersionSpan.at(3).extended(4).extended(6)  # one segment per version the request ran on
+    assert (span.oldest, span.newest, span.spans_syncs) == (3, 6, True)
+    assert sample_lag(7, span) == 4 and lag_in_steps(14, span, sync_every=2) == 8
+    assert not VersionSpan.at(5).spans_syncs
+    with pytest.raises(ValueError, match="older version 5"):
+        sample_lag(5, span)
+    with pytest.raises(ValueError, match="newest must be >= oldest"):
+        VersionSpan(4, 2)
+    with pytest.raises(ValueError, match="oldest must be an integer >= 0"):
+        VersionSpan(-1, 2)
 
 
 # --------------------------------------------------------------------------- idempotence and leases
