@@ -28,7 +28,7 @@ def test_quick_end_to_end(tmp_path):
     md = (out / "results.md").read_text()
     assert "| SAT-GRPO |" in md and "lag 8" in md
     summary = (out / "summary.md").read_text()
-    assert "Per loss" in summary and "Wall time" in summary
+    assert "Where each loss breaks" in summary and "Does SAT win?" in summary and "Wall time" in summary
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["lags"] == [1, 8]
     history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
