@@ -119,6 +119,15 @@ def _reachable_bounds(
     return lo, hi
 
 
+def _drop_nonfinite(mask: torch.Tensor, bad: torch.Tensor | None) -> torch.Tensor:
+    """The active mask less the non-finite entries: a masked token is padding for the rest of the batch.
+
+    Left active, its zeroed inputs would enter the gate quantile as a fake d = 0 and, in SAT-GSPO, the
+    sequence mean log-ratio (and length) of its sequence, changing the other tokens' ratio and gradient.
+    """
+    return mask if bad is None else mask & ~bad
+
+
 def _surrogate(
     ratio: torch.Tensor, adv: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, dual_clip: float | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
@@ -158,6 +167,7 @@ def _finish(
     raw_log_ratio: torch.Tensor,
     bad: torch.Tensor | None,
     kl_log_ratio: torch.Tensor,
+    input_mask: torch.Tensor | None = None,
 ) -> SATLossOutput:
     """Zero the loss at non-finite entries and collect the diagnostics (constant key set).
 
@@ -167,6 +177,9 @@ def _finish(
     Fractions divide by max(n_active, 1) with n_active an exact count (as verl's ``mask.sum()``). verl's own
     keys (pg_clipfrac, pg_clipfrac_lower, ppo_kl) sum the same float32 0/1 (or log-ratio) tensor verl sums,
     so they equal verl's bit for bit; SAT's own fractions count exactly.
+
+    ``mask`` is the active mask less the non-finite entries (which are padding for everything); the
+    ``nonfinite_frac`` is counted over ``input_mask``, the active mask as given.
     """
     if bad is not None:
         loss_mat = torch.where(bad, torch.zeros_like(loss_mat), loss_mat)
@@ -192,7 +205,8 @@ def _finish(
         metrics.update(
             active=torch.ones((), device=dev),
             newly_clipped_frac=torch.count_nonzero(_newly_clipped(clipped, ppo_clipped, mask)).float() / denom,
-            nonfinite_frac=torch.count_nonzero(bad & mask).float() / denom if bad is not None else zero,
+            nonfinite_frac=(torch.count_nonzero(bad & input_mask).float()
+                            / torch.count_nonzero(input_mask).float().clamp_min(1.0)) if bad is not None else zero,
             log_ratio_clamped_frac=(torch.count_nonzero((raw.abs() > LOG_RATIO_CLAMP) & mask).float() / denom
                                     if any_clamped else zero.clone()),
             empty_microbatch=(n_active == 0).float(),
@@ -222,6 +236,7 @@ def sat_token_loss(
     t, bad = _sanitize(cfg, mask, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
                        rollout_log_prob=rollout)
     lp, old, adv = t["log_prob"], t["old_log_prob"], t["advantages"]
+    input_mask, mask = mask, _drop_nonfinite(mask, bad)
     raw = lp - old
     log_ratio = torch.clamp(raw, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
@@ -233,7 +248,7 @@ def sat_token_loss(
     lo, hi = _reachable_bounds(cfg, adv, region.lo, region.hi)
     loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, adv, lo, hi, cfg.dual_clip)
     return _finish(cfg, loss_mat, ratio, neg_adv, pg1, clipped, dual_clipped, region, d, mask, mask, mask.float(),
-                   raw.detach(), bad, log_ratio.detach())
+                   raw.detach(), bad, log_ratio.detach(), input_mask)
 
 
 def sat_gspo_loss(
@@ -256,6 +271,7 @@ def sat_gspo_loss(
     t, bad = _sanitize(cfg, mask, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
                        rollout_log_prob=rollout)
     lp, old, adv = t["log_prob"], t["old_log_prob"], t["advantages"]
+    input_mask, mask = mask, _drop_nonfinite(mask, bad)
     raw = lp - old
     m = mask.float()
     n_seq = torch.count_nonzero(mask, dim=-1)  # = torch.sum(mask, dim=-1), as verl's gspo computes it
@@ -282,4 +298,4 @@ def sat_gspo_loss(
     lo, hi = _reachable_bounds(cfg, adv, lo, hi)
     loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, adv, lo, hi, cfg.dual_clip)
     return _finish(cfg, loss_mat, ratio, neg_adv, pg1, clipped, dual_clipped, region, d, d_mask, mask, m,
-                   raw.detach(), bad, raw.detach())
+                   raw.detach(), bad, raw.detach(), input_mask)
