@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
+from . import lag as _lag
 from .config import (SAT_LOSS_TYPES, SAT_OPTION_CHOICES, SAT_OPTION_DEFAULTS, SAT_OPTIONS, check_openrlhf_args,
                      sat_options)
 
@@ -94,7 +95,8 @@ def _install_sat() -> None:
 
 
 SAT = Extension("sat", SAT_LOSS_TYPES, _add_sat_arguments, _check_sat_args, _install_sat)
-EXTENSIONS: tuple[Extension, ...] = (SAT,)
+LAG = Extension("lag", (), _lag.add_lag_arguments, _lag.check_lag_args, _lag.install)  # sat_ext.openrlhf.lag
+EXTENSIONS: tuple[Extension, ...] = (SAT, LAG)
 
 
 def _extend_parser(parser: argparse.ArgumentParser, extensions: Sequence[Extension]) -> None:

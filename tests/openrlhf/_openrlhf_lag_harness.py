@@ -1,0 +1,528 @@
+"""Runs sat_ext's OpenRLHF lag modes for test_openrlhf_lag.py on CPU; writes one JSON result.
+
+``python _openrlhf_lag_harness.py OUT.json`` runs in a fresh process: OpenRLHF's trainer stack needs the
+import-time stand-ins of _openrlhf_stubs.py (vllm, deepspeed, flash_attn), which must not leak into pytest's
+process. Everything else is real: OpenRLHF 0.11.2's CLI, parser, validation, ``GenerateSamplesActor``,
+``TrainingActor``, ``PPOTrainerAsync``, ``SamplesGenerator``, ``RemoteExperienceMaker``, ``VLLMLock``, the Ray
+queues and token pool, a tokenizer and a prompt dataset loaded by OpenRLHF's own code, and Ray itself.
+
+Stand-ins, all at the engine boundary:
+- ``vllm.SamplingParams`` is a record of its keyword arguments (the stubs' one raises when called);
+- ``Engine`` stands in for OpenRLHF's vLLM engine actor (``LLMRayActor``): the two methods SamplesGenerator
+  calls (``get_num_unfinished_requests``, ``generate_responses``), answering with fixed token ids after a
+  delay, plus ``broadcast``, which counts weight syncs: each response carries the count at generation in
+  ``extra_logs["engine_weights"]`` (which OpenRLHF copies into ``info``), the ground truth for the tags;
+- ``StandInActorGroup`` stands in for the DeepSpeed policy actors' ``RayActorGroup``: ``forward`` returns
+  zero log-probs, ``append`` records what the trainer trains on (after a delay, the "training time"),
+  ``fit`` returns a status, ``broadcast_to_vllm`` calls ``Engine.broadcast``.
+
+Part 1, CLI: each case runs OpenRLHF's ``openrlhf.cli.train_ppo_ray`` through the launcher and stops where
+that module calls ``train(args)`` (one more extension, last in line, records the final args and the
+``PPOTrainerAsync`` class ``train()`` would start).
+
+Part 2, loops: for each scenario, the lag subclasses of ``GenerateSamplesActor`` and ``TrainingActor``
+are constructed (their real ``__init__``) in this process with ``PPOTrainerAsync.__init__``'s set-up (real
+queue, token pool and lock actors, the clock actor) and their real ``fit`` loops run in two threads. To start
+fewer Ray processes, the scenarios run one after the other and share one lock and one queue pair of capacity
+``MAX_QUEUE``, the token pool refilled with the scenario's Q tokens: OpenRLHF's protocol never holds more items
+than there are tokens, so the extra capacity is never used.
+
+Part 3, Ray workers: the ``PPOTrainerAsync`` class recorded in part 1 is started the way OpenRLHF's
+``train()`` starts it (``PPOTrainer.remote(...)``, ``get_max_steps``, ``fit``); in its worker it creates
+the generator and trainer actors, each in its own worker process.
+"""
+
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import _openrlhf_stubs  # noqa: E402
+
+EOS = 1
+WORDS = ["<pad>", "<eos>"] + [f"w{i}" for i in range(40)]
+N_PROMPTS = 24
+
+
+class SamplingParams:
+    """Stand-in for ``vllm.SamplingParams``: keeps its keyword arguments."""
+
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+
+
+def worker_setup():
+    """Ray's worker_process_setup_hook (and this process's set-up): the stand-ins above, before any import."""
+    _openrlhf_stubs.install()
+    vllm = sys.modules.get("vllm")
+    if vllm is not None and getattr(vllm, "__path__", None) == []:  # the stubs' module, not a real vLLM
+        vllm.SamplingParams = SamplingParams
+
+
+class Engine:
+    """Stand-in for OpenRLHF's vLLM engine actor; see the module docstring."""
+
+    def __init__(self, delay=0.0):
+        self.delay = delay
+        self.weights = 0
+
+    def get_num_unfinished_requests(self):
+        return 0
+
+    def broadcast(self):
+        self.weights += 1
+        return self.weights
+
+    def generate_responses(self, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
+        time.sleep(self.delay)
+        weights = self.weights
+        ids = hf_tokenizer(prompt)["input_ids"]
+        out = []
+        for j in range(num_samples):
+            response = [2 + (len(ids) + j + weights) % 40 for _ in range(3)] + [EOS]
+            tokens = ids + response
+            out.append({
+                "prompt": prompt, "label": label, "observation_tokens": tokens,
+                "action_ranges": [(len(ids), len(tokens))], "reward": float(j % 2), "scores": float(j % 2),
+                "rollout_log_probs": None, "truncated": False, "extra_logs": {"engine_weights": weights},
+                "images": images,
+            })
+        return out
+
+
+class _Local:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args, **kwargs):
+        import ray
+
+        return ray.put(self.fn(*args, **kwargs))
+
+
+class LocalEngine:
+    """``Engine`` in this process, with Ray's calling convention (``.remote`` returns an object ref)."""
+
+    def __init__(self, delay):
+        self.engine = Engine(delay)
+        for name in ("get_num_unfinished_requests", "broadcast", "generate_responses"):
+            setattr(self, name, _Local(getattr(self.engine, name)))
+
+
+class StandInActorGroup:
+    """Stand-in for the DeepSpeed policy actors' ``RayActorGroup``; see the module docstring."""
+
+    def __init__(self, engine, delay):
+        self.engine, self.delay = engine, delay
+        self.broadcasts = 0
+        self.trained = []
+
+    def async_run_method_batch(self, method_name, **kwargs):
+        import ray
+        import torch
+
+        if method_name == "forward":
+            return [ray.put([torch.zeros(mask.shape) for mask in kwargs["action_mask"]])]
+        if method_name == "append":
+            time.sleep(self.delay)
+            samples = []
+            for e in kwargs["experience"]:
+                for v, w, p in zip(e.info["policy_version"].tolist(), e.info["engine_weights"].tolist(), e.prompts):
+                    samples.append([int(v), int(w), p])
+            self.trained.append({"broadcasts": self.broadcasts, "samples": samples})
+            return []
+        raise ValueError(f"stand-in actor group: unexpected batch method {method_name}")
+
+    def async_run_method(self, method_name, **kwargs):
+        import ray
+
+        if method_name == "fit":
+            return [ray.put({"policy_loss": 0.0})]
+        if method_name == "broadcast_to_vllm":
+            self.broadcasts += 1
+            return [self.engine.broadcast.remote()]
+        if method_name in ("save_checkpoint", "empty_cache"):
+            return []
+        raise ValueError(f"stand-in actor group: unexpected method {method_name}")
+
+
+# ------------------------------------------------------------------------------------------------ data, CLI
+
+
+def make_data(workdir):
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokdir = os.path.join(workdir, "tokenizer")
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>").save_pretrained(tokdir)
+    paths = {"tokenizer": tokdir}
+    for name, n in (("prompts", N_PROMPTS), ("eval", 2)):
+        paths[name] = os.path.join(workdir, f"{name}.jsonl")
+        with open(paths[name], "w") as f:
+            for i in range(n):
+                f.write(json.dumps({"prompt": f"w{i % 38} w{(i + 1) % 38} w{(i * 7) % 38}", "label": str(i)}) + "\n")
+    return paths
+
+
+def base_args(paths):
+    return [
+        "--actor.model_name_or_path", paths["tokenizer"],
+        "--data.prompt_dataset", paths["prompts"], "--data.input_key", "prompt", "--data.label_key", "label",
+        "--reward.remote_url", "http://127.0.0.1:5000/get_reward",
+        "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
+        "--rollout.n_samples_per_prompt", "2", "--rollout.batch_size", "2", "--rollout.micro_batch_size", "2",
+        "--rollout.max_new_tokens", "8", "--data.max_len", "64",
+        "--train.batch_size", "4", "--train.micro_batch_size", "2",
+        "--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1",
+    ]
+
+
+def cli_cases(paths):
+    base = base_args(paths)
+    a = base + ["--train.async_enable"]
+    evaluation = ["--eval.dataset", paths["eval"], "--eval.steps", "2"]
+    return {
+        "no_lag": a,
+        "off": a + ["--lag.mode", "off"],
+        "off_hist": a + ["--lag.hist_edges", "0", "1", "4"],
+        "bounded2": a + ["--lag.mode", "bounded", "--lag.max_lag", "2"],
+        "bounded2_q1": a + ["--lag.mode", "bounded", "--lag.max_lag", "2", "--train.async_queue_size", "1"],
+        "bounded1": a + ["--lag.mode", "bounded", "--lag.max_lag", "1"],
+        "bounded1_regen": a + ["--lag.mode", "bounded", "--lag.max_lag", "1", "--lag.over_bound", "regenerate"],
+        "interval3": a + ["--lag.mode", "interval", "--lag.interval", "3"],
+        "interval2_p1_eval": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "1"] + evaluation,
+        "interval2_p2": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "2"],
+        "interval_partial_p0": a + ["--lag.mode", "interval", "--lag.interval", "2", "--train.partial_rollout_enable"],
+        "sat_and_bounded": a + ["--lag.mode", "bounded", "--lag.max_lag", "1", "--actor.policy_loss_type", "sat_gspo",
+                                "--algo.advantage.is_correction_level", "token"],
+        # refused
+        "bad_mode": a + ["--lag.mode", "fast"],
+        "bad_max_lag": a + ["--lag.mode", "bounded", "--lag.max_lag", "-1"],
+        "bounded_without_max_lag": a + ["--lag.mode", "bounded"],
+        "max_lag_without_mode": a + ["--lag.max_lag", "2"],
+        "bad_interval": a + ["--lag.mode", "interval", "--lag.interval", "0"],
+        "interval_with_max_lag": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.max_lag", "1"],
+        "over_bound_in_interval": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.over_bound", "drop"],
+        "bad_hist_edges": a + ["--lag.hist_edges", "0", "2", "1"],
+        "bounded_without_async": base + ["--lag.mode", "bounded", "--lag.max_lag", "1"],
+        "interval_without_async": base + ["--lag.mode", "interval", "--lag.interval", "4"],
+        "off_without_async": base + ["--lag.mode", "off"],
+        "without_vllm": a + ["--lag.mode", "off", "--vllm.num_engines", "0"],
+        "bounded0": a + ["--lag.mode", "bounded", "--lag.max_lag", "0"],
+        "bounded_partial": a + ["--lag.mode", "bounded", "--lag.max_lag", "2", "--train.partial_rollout_enable"],
+        "bounded_oversampling": a + ["--lag.mode", "bounded", "--lag.max_lag", "2",
+                                     "--rollout.vllm_generate_batch_size", "4"],
+        "bounded_queue_over_bound": a + ["--lag.mode", "bounded", "--lag.max_lag", "2",
+                                         "--train.async_queue_size", "3"],
+        "interval_oversampling": a + ["--lag.mode", "interval", "--lag.interval", "2",
+                                      "--rollout.vllm_generate_batch_size", "4"],
+        "interval_partial_p1": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "1",
+                                    "--train.partial_rollout_enable"],
+        "interval_queue_too_small": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "1",
+                                         "--train.async_queue_size", "1"] + evaluation,
+        "help": ["--help"],
+    }
+
+
+class Stop(Exception):
+    """Raised where OpenRLHF's CLI would start training."""
+
+
+def _plain(x):
+    from types import SimpleNamespace
+
+    if isinstance(x, SimpleNamespace):
+        return {k: _plain(v) for k, v in vars(x).items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if x == float("inf"):
+        return "inf"
+    return x
+
+
+def _record(args):
+    """What the CLI's train(args) would get: the args, and the PPOTrainerAsync class it would start."""
+    from openrlhf.trainer import ppo_trainer_async
+
+    raise Stop(args, ppo_trainer_async.PPOTrainerAsync)
+
+
+def run_cli_cases(paths):
+    import contextlib
+    import io
+
+    from sat_ext.openrlhf import train_ppo_ray as launcher
+
+    record = launcher.Extension("record", (), lambda parser: None, _record, lambda: None)
+    results, parsed = {}, {}
+    cases = cli_cases(paths)
+    cases["no_lag_vanilla"] = cases["no_lag"]  # the launcher with no extension: OpenRLHF's CLI alone
+    for name, argv in cases.items():
+        out, err = io.StringIO(), io.StringIO()
+        result = {}
+        extensions = (record,) if name.endswith("_vanilla") else (*launcher.EXTENSIONS, record)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                launcher.main(argv, extensions=extensions)
+            result["outcome"] = "returned"
+        except Stop as stop:
+            args, trainer_cls = stop.args
+            result.update(outcome="train", args=_plain(args), trainer_class=trainer_cls.__ray_actor_class__.__name__)
+            parsed[name] = args
+        except SystemExit as e:
+            result.update(outcome="exit", code=e.code)
+        result.update(stdout=out.getvalue()[-3000:], stderr=err.getvalue()[-3000:])
+        results[name] = result
+    return results, parsed
+
+
+# ------------------------------------------------------------------------------------------------ loops
+
+
+def generate_kwargs(args):
+    """The generate kwargs OpenRLHF's train() passes to PPOTrainer.remote."""
+    return dict(do_sample=True, max_len=args.data.max_len, max_new_tokens=args.rollout.max_new_tokens,
+                temperature=args.rollout.temperature, top_p=args.rollout.top_p)
+
+
+def _lag_logs(logs):
+    return [{"step": step, **{k: v for k, v in status.items() if k.startswith("lag/")},
+             "keys": sorted(k for k in status if k.startswith("lag/"))} for step, status in logs]
+
+
+def _recorder(trainer, logs, evals):
+    """Record what TrainingActor.fit hands to OpenRLHF's loggers (steps) and to its best-checkpoint logic (evals)."""
+    save_logs, save_best = trainer.save_logs_and_checkpoints, trainer.save_best_checkpoint
+
+    def save_logs_and_checkpoints(global_step, logs_dict=None, client_states=None):
+        logs.append((global_step, dict(logs_dict or {})))
+        return save_logs(global_step, logs_dict, client_states)
+
+    def save_best_checkpoint(eval_metrics, global_step, client_states=None):
+        evals.append({"step": global_step, "metrics": dict(eval_metrics)})
+        return save_best(eval_metrics, global_step, client_states)
+
+    trainer.save_logs_and_checkpoints = save_logs_and_checkpoints
+    trainer.save_best_checkpoint = save_best_checkpoint
+
+
+MAX_QUEUE = 3
+
+
+class SharedActors:
+    """One VLLMLock and one queue pair for the scenarios, which run one at a time."""
+
+    def __init__(self):
+        from openrlhf.trainer.ppo_trainer_async import VLLMLock
+        from ray.util.queue import Queue
+
+        self.lock = VLLMLock.remote()
+        self.rollout_queue, self.rollout_slots = Queue(maxsize=MAX_QUEUE), Queue(maxsize=MAX_QUEUE)
+
+    def reset(self, q):
+        """PPOTrainerAsync.__init__'s state: an empty queue, a token pool of q zeros."""
+        assert q <= MAX_QUEUE
+        for queue in (self.rollout_queue, self.rollout_slots):
+            while not queue.empty():
+                queue.get()
+        for _ in range(q):
+            self.rollout_slots.put(0, block=True)
+
+
+def run_loops(args, shared, gen_delay, train_delay, timeout=120.0):
+    """The real generator and trainer loops of the lag subclasses, in two threads of this process."""
+    import threading
+
+    import ray
+    from openrlhf.utils import get_strategy
+
+    from sat_ext.openrlhf.lag import lag_actor_classes, lag_config
+
+    classes = lag_actor_classes()
+    cfg = lag_config(args)
+    strategy = get_strategy(args)
+    # PPOTrainerAsync.__init__'s set-up (openrlhf/trainer/ppo_trainer_async.py:281-302) and its clock
+    if args.eval.steps == -1:
+        args.eval.steps = float("inf")
+    if args.ckpt.save_steps == -1:
+        args.ckpt.save_steps = float("inf")
+    q = args.train.async_queue_size
+    shared.reset(q)
+    clock = classes.clock.remote(cfg.mode, cfg.sync_every, cfg.prefetch)
+    engine = LocalEngine(gen_delay)
+    group = StandInActorGroup(engine, train_delay)
+    handles = dict(vllm_lock=shared.lock, rollout_queue=shared.rollout_queue, rollout_slots=shared.rollout_slots,
+                   lag_clock=clock)
+    pretrain = args.actor.model_name_or_path
+    generator = classes.generator.__ray_actor_class__(pretrain, strategy, [engine], **handles, **generate_kwargs(args))
+    trainer = classes.trainer.__ray_actor_class__(pretrain, strategy, group, None, None, None, [engine], **handles)
+    logs, evals, errors = [], [], []
+    _recorder(trainer, logs, evals)
+
+    def run(fn, *a):
+        try:
+            fn(*a)
+        except BaseException as e:  # noqa: BLE001 (reported to the test)
+            import traceback
+
+            errors.append(f"{fn.__qualname__}: {e!r}\n{traceback.format_exc()}")
+
+    t0 = time.time()
+    threads = [threading.Thread(target=run, args=(generator.fit, 0, 0), daemon=True),
+               threading.Thread(target=run, args=(trainer.fit, 0), daemon=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=max(1.0, timeout - (time.time() - t0)))
+    if any(t.is_alive() for t in threads):
+        errors.append(f"the loops did not finish within {timeout} s (deadlock?): "
+                      f"{ray.get(clock.stats.remote(), timeout=10)}")
+    return {"logs": _lag_logs(logs), "evals": evals, "trained": group.trained, "errors": errors,
+            "seconds": time.time() - t0,
+            "clock": ray.get(clock.stats.remote(), timeout=10), "engine_weights": engine.engine.weights,
+            "queue_size": q, "prompts": N_PROMPTS}
+
+
+SCENARIOS = {
+    # name: (CLI case, forced --train.async_queue_size or None, generation delay per prompt, training delay)
+    "bounded2": ("bounded2", None, 0.005, 0.12),
+    "bounded1_drop_q3": ("bounded1", 3, 0.005, 0.12),
+    "bounded1_regenerate_q3": ("bounded1_regen", 3, 0.005, 0.12),
+    "interval3": ("interval3", None, 0.01, 0.05),
+    "off_slow_rollout": ("off", 2, 0.06, 0.02),
+}
+
+
+def run_scenarios(parsed):
+    import copy
+    import traceback
+
+    shared = SharedActors()
+    results = {}
+    for name, (case, forced_q, gen_delay, train_delay) in SCENARIOS.items():
+        args = copy.deepcopy(parsed[case])
+        if forced_q is not None:  # past the launcher's check: the trainer's own bound must hold
+            args.train.async_queue_size = forced_q
+        try:
+            results[name] = run_loops(args, shared, gen_delay, train_delay)
+        except BaseException as e:  # noqa: BLE001
+            results[name] = {"errors": [f"{e!r}\n{traceback.format_exc()}"]}
+        if results[name]["errors"]:  # the shared actors may be in any state: stop here
+            break
+    return results
+
+
+# ------------------------------------------------------------------------------------------------ Ray workers
+
+
+def _actor_report(self):
+    return {"pid": os.getpid(), "mro": [f"{c.__module__}.{c.__name__}" for c in type(self).__mro__]}
+
+
+def _orchestrator_report(self):
+    report = _actor_report(self)
+    report["generator"], report["trainer"] = self.generator_actor, self.trainer_actor
+    return report
+
+
+def _install_recorder(self):
+    self._test_logs, self._test_evals = [], []
+    _recorder(self, self._test_logs, self._test_evals)
+    return True
+
+
+def _trainer_result(self):
+    return {"logs": _lag_logs(self._test_logs), "evals": self._test_evals, "trained": self.actor_model_group.trained}
+
+
+def start_full_run(args):
+    """Start what OpenRLHF's train() starts for the trainer (cli/train_ppo_ray.py:145-170); returns handles."""
+    import ray
+    from openrlhf.trainer import ppo_trainer_async
+    from openrlhf.utils import get_strategy
+
+    engine = ray.remote(num_cpus=0)(Engine).remote(0.01)
+    PPOTrainer = ppo_trainer_async.PPOTrainerAsync  # what train() imports when --train.async_enable
+    trainer = PPOTrainer.remote(args.actor.model_name_or_path, get_strategy(args),
+                                StandInActorGroup(engine, 0.05), None, None, None, [engine], **generate_kwargs(args))
+    return {"engine": engine, "trainer": trainer, "class": PPOTrainer.__ray_actor_class__.__name__}
+
+
+def finish_full_run(run):
+    import ray
+
+    t0 = time.time()
+    trainer = run["trainer"]
+    max_steps = ray.get(trainer.get_max_steps.remote(), timeout=300)
+    report = ray.get(trainer.__ray_call__.remote(_orchestrator_report), timeout=60)
+    generator, training = report.pop("generator"), report.pop("trainer")
+    ray.get(training.__ray_call__.remote(_install_recorder), timeout=300)
+    ray.get(trainer.fit.remote(), timeout=180)
+    result = ray.get(training.__ray_call__.remote(_trainer_result), timeout=60)
+    result.update(
+        max_steps=max_steps, orchestrator=report, orchestrator_class=run["class"],
+        generator=ray.get(generator.__ray_call__.remote(_actor_report), timeout=60),
+        trainer=ray.get(training.__ray_call__.remote(_actor_report), timeout=60),
+        engine_weights=ray.get(run["engine"].__ray_call__.remote(lambda self: self.weights), timeout=60),
+        driver_pid=os.getpid(), seconds_after_start=time.time() - t0, prompts=N_PROMPTS)
+    return result
+
+
+FULL_RUN_CASE = "interval2_p1_eval"
+
+
+def main(out_path):
+    import json
+    import shutil
+    import tempfile
+    import traceback
+
+    t0 = time.time()
+    workdir = tempfile.mkdtemp(prefix="openrlhf_lag_")
+    os.environ["HF_DATASETS_CACHE"] = os.path.join(workdir, "hf_datasets")  # load_dataset's cache stays in here
+    worker_setup()
+    timings = {}
+    paths = make_data(workdir)
+    cli, parsed = run_cli_cases(paths)
+    timings["cli"] = time.time() - t0
+    result = {"cli": cli, "timings": timings}
+    if any(c not in parsed for c in [FULL_RUN_CASE, *(s[0] for s in SCENARIOS.values())]):
+        result["error"] = "a scenario's CLI case did not reach train()"
+    else:
+        import ray
+
+        t1 = time.time()
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": HERE, "HF_DATASETS_CACHE": os.environ["HF_DATASETS_CACHE"]},
+                              "worker_process_setup_hook": "_openrlhf_lag_harness.worker_setup"})
+        timings["ray_init"] = time.time() - t1
+        try:
+            t1 = time.time()
+            run = start_full_run(parsed[FULL_RUN_CASE])  # its workers start while the loops below run
+            result["loops"] = run_scenarios(parsed)
+            timings["loops"] = time.time() - t1
+            t1 = time.time()
+            try:
+                result["ray"] = finish_full_run(run)
+            except BaseException as e:  # noqa: BLE001
+                result["ray"] = {"error": f"{e!r}\n{traceback.format_exc()}"}
+            timings["ray_run"] = time.time() - t1
+        finally:
+            ray.shutdown()
+    shutil.rmtree(workdir, ignore_errors=True)
+    timings["total"] = time.time() - t0
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    import _openrlhf_lag_harness  # the importable module, so Ray workers find its classes by reference
+
+    _openrlhf_lag_harness.main(sys.argv[1])
