@@ -381,7 +381,7 @@ def write_outputs(out: Path, results, losses, lags, args, kind, mismatch, warm_s
     pngs = []
     if results:
         pngs.append(report.plot_reward_curves(results, losses, lags, out))
-        pngs.append(report.plot_final_vs_lag(rows, out))
+        pngs.append(report.plot_final_vs_lag(rows, out, results))
         p = report.plot_sat_diagnostics(results, lags, out)
         if p is not None:
             pngs.append(p)

@@ -181,26 +181,47 @@ def plot_reward_curves(results: list[RunResult], losses: list[str], lags: list[i
     return path
 
 
-def plot_final_vs_lag(rows: list[dict], out: Path) -> Path:
+def plot_final_vs_lag(rows: list[dict], out: Path, results: list[RunResult] | None = None) -> Path:
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
     losses = list(dict.fromkeys(r["loss"] for r in rows))
     lags = sorted({r["lag"] for r in rows})
+    paired = bool(results) and len(lags) > 1
+    fig, axes = plt.subplots(1, 2 if paired else 1, figsize=(11 if paired else 5.6, 3.9), squeeze=False)
+    ax = axes[0][0]
     offsets = np.linspace(-0.12, 0.12, max(len(losses), 1))
     for off, loss in zip(offsets, losses):
         rs = sorted((r for r in rows if r["loss"] == loss), key=lambda r: r["lag"])
         x = np.array([lags.index(r["lag"]) for r in rs]) + off
         ax.errorbar(x, [r["final_mean"] for r in rs], yerr=[r["final_std"] for r in rs], marker="o", capsize=3,
-                    color=COLORS.get(loss), label=r_label(loss))
+                    color=COLORS.get(loss), label=r_label(loss), ls="-" if loss in SAT_LOSSES else "--")
     if rows:
         ax.axhline(float(np.mean([r["start_reward"] for r in rows])), color="grey", ls=":", lw=1, label="warm start")
     ax.set_xticks(range(len(lags)), [str(k) for k in lags])
     ax.set_xlabel("lag")
     ax.set_ylabel("final eval reward")
-    ax.set_title("Final reward vs lag (mean ± std over seeds)", fontsize=10)
+    ax.set_title("Final reward (mean ± std over seeds)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    if paired:
+        ax = axes[0][1]
+        for off, loss in zip(offsets, losses):
+            xs, ms, ses = [], [], []
+            for k in lags:
+                d = _paired(results, (loss, k), (loss, lags[0]))
+                if d is None:
+                    continue
+                xs.append(lags.index(k) + off)
+                ms.append(d[0])
+                ses.append(d[1] if math.isfinite(d[1]) else 0.0)
+            ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, color=COLORS.get(loss), label=r_label(loss),
+                        ls="-" if loss in SAT_LOSSES else "--")
+        ax.axhline(0.0, color="grey", lw=1)
+        ax.set_xticks(range(len(lags)), [str(k) for k in lags])
+        ax.set_xlabel("lag")
+        ax.set_ylabel(f"final(lag) - final(lag {lags[0]})")
+        ax.set_title(f"Change from lag {lags[0]}, paired by seed (mean ± s.e.)", fontsize=10)
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     path = out / "final_vs_lag.png"
     fig.savefig(path, dpi=110)
@@ -247,6 +268,12 @@ def plot_sat_diagnostics(results: list[RunResult], lags: list[int], out: Path) -
             ax.grid(alpha=0.3)
             if key == "actor/sat/threshold_q":
                 ax.set_yscale("log")
+                run0 = next((r for k in lags for r in groups.get((loss, k), [])), None)
+                if run0 is not None:
+                    eps = run0.spec.setting.eps_high
+                    ax.axhline(eps, color="k", ls="--", lw=1)
+                    ax.text(0.02, eps, f" nominal radius {eps:g}", transform=ax.get_yaxis_transform(),
+                            va="bottom", fontsize=7)
         row[0].legend(fontsize=7)
     fig.suptitle("SAT diagnostics (actor/sat/*, mean over seeds, 9-step moving average)", fontsize=10)
     fig.tight_layout()
@@ -258,7 +285,6 @@ def plot_sat_diagnostics(results: list[RunResult], lags: list[int], out: Path) -
 
 def plot_lag_histogram(results: list[RunResult], lags: list[int], out: Path) -> Path:
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     groups = defaultdict(list)
     for r in results:
@@ -277,8 +303,9 @@ def plot_lag_histogram(results: list[RunResult], lags: list[int], out: Path) -> 
             xs = np.arange(0, max(counts) + 1)
             total = sum(counts.values())
             ax.bar(xs, [counts.get(int(x), 0) / total for x in xs], color=cmap(j / max(len(lags) - 1, 1)))
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlim(-0.7, max(counts) + 0.7)
+            top = max(counts)
+            ax.set_xticks(range(0, top + 1, max(1, int(math.ceil((top + 1) / 9)))))
+            ax.set_xlim(-0.7, top + 0.7)
         dropped = sum(r.totals.get("dropped", 0.0) + r.totals.get("regenerated", 0.0) for r in runs)
         ax.set_title(f"lag {lag}: consumed sample lags" + (f"\n({dropped:.0f} dropped/regenerated)" if dropped else ""),
                      fontsize=9)
@@ -419,7 +446,7 @@ def summarize(rows: list[dict], header: list[str], results: list[RunResult] | No
         lines.append(f"Overall: SAT wins {tally['above']}, ties {tally['tie']}, loses {tally['below']} of "
                      f"{sum(tally.values())} comparisons.")
     elif sat_losses:
-        lines.append("Only SAT losses ran (the baselines need verl's registry), so there is no comparison.")
+        lines.append("Only SAT losses ran, so there is no comparison with a baseline.")
     if sat_losses:
         lines.append("")
         lines.append("What SAT did (per step averages): gate threshold q (the 90% quantile of |log r|) against "
