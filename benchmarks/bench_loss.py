@@ -427,6 +427,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     sizes = [C.parse_size(s) for s in (args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)).split(",")]
     backend = init_one_rank_group(device)
+    env = C.environment(device, collective_backend=f"{backend} (1 rank)", seq_len=args.seq_len)  # at the start
     runner = Runner(CASES, device)
     equal = equality_check(device)
     print(f"device={C.device_description(device)} backend={backend} c_min=1 bit-for-bit vs verl: {equal}", flush=True)
@@ -454,10 +455,9 @@ def main(argv=None) -> None:
     if device.type == "cpu" and not args.no_memory:
         mem_rows = run_mem_subprocess(args, sizes)
     rows = merge(time_rows, mem_rows)
-    env = C.environment(device, collective_backend=f"{backend} (1 rank)", seq_len=args.seq_len,
-                        sat_c_min_1_bit_for_bit_vs_verl=equal,
-                        memory_method=("torch.cuda.max_memory_allocated" if device.type == "cuda" else
-                                       "profiler memory events (torch CPU allocator) + RSS VmHWM delta, fresh process"))
+    env.update(sat_c_min_1_bit_for_bit_vs_verl=str(equal), finished=C.environment(device)["date"],
+               memory_method=("torch.cuda.max_memory_allocated" if device.type == "cuda" else
+                              "profiler memory events (torch CPU allocator) + RSS VmHWM delta, fresh process"))
     out = Path(args.out)
     stem = args.stem or f"bench_loss_{device.type}"
     C.write_csv(out / f"{stem}.csv", rows, env)
