@@ -9,6 +9,6 @@ PY=${PYTHON:-python3}
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet "torch==${SAT_EXT_TORCH_VERSION:-2.13.0}"
-python -m pip install --quiet -e ".[verl,test,demo]"
+python -m pip install --quiet -e ".[verl,verl-async,test,demo]"
 python -m pip install --quiet --no-deps "openrlhf==0.11.2"
 python -c "import torch, verl, openrlhf, sat_ext; print('setup ok: torch', torch.__version__, '| verl', verl.__version__)"
