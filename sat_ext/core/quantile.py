@@ -13,8 +13,10 @@ Unselected entries are counted in a sentinel bin instead of being copied out (no
   ``values[mask]``.
 * ``method="exact"``: two all-reduces of at most 2 x 65,536 int64 counts; the result equals, bit for bit,
   :func:`masked_quantile` on the concatenation of every rank's selected values.
-* ``method="hist"``: one all-reduce of 32,768 counts; every value is replaced by the upper edge of its
-  high-16-bit bin, so ``0 <= q_hist - q_exact <= 2^-7 * q_exact`` (for q_exact >= 1.2e-38).
+* ``method="hist"``: one all-reduce of 32,769 counts (the high-16-bit histogram and the number of exact
+  zeros); every non-zero value is replaced by the upper edge of its high-16-bit bin and an exact zero stays 0,
+  so ``0 <= q_hist - q_exact <= 2^-7 * q_exact`` (for q_exact == 0 or q_exact >= 1.2e-38): in particular
+  q_hist == 0 exactly when q_exact == 0 (SAT then gates nothing, as with the exact threshold).
 
 Non-negativity and finiteness of the selected values are the caller's contract (SAT passes |d|, sanitised).
 """
@@ -111,16 +113,24 @@ def global_masked_quantile(
     """
     v = values.detach().float().reshape(-1)
     hi = _hi_bins(v, mask.bool().reshape(-1))
-    hist = torch.bincount(hi, minlength=_SENTINEL + 1)[:_HI_BINS]
+    hist = torch.bincount(hi, minlength=_SENTINEL + 1)
+    if method == "hist":
+        # The sentinel slot carries the number of selected exact zeros instead (the same single collective):
+        # bin 0 also holds the subnormals below 2^-133, and its upper edge is not 0.
+        hist[_SENTINEL] = torch.count_nonzero(torch.logical_and(hi == 0, v == 0))
+    else:
+        hist = hist[:_HI_BINS]
     dist.all_reduce(hist, group=group)
+    n_zero = int(hist[_SENTINEL]) if method == "hist" else 0
+    hist = hist[:_HI_BINS]
     n = int(hist.sum())
     if n == 0:
         return torch.zeros((), dtype=torch.float32, device=values.device)
     kf, kc, frac = _order_positions(n, level)
     (bf, rf), (bc, rc) = _bin_of_rank(hist, kf), _bin_of_rank(hist, kc)
-    if method == "hist":
-        xf = _float_of_bits((bf + 1) << 16, values.device)
-        xc = _float_of_bits((bc + 1) << 16, values.device)
+    if method == "hist":  # the selected values sorted: the n_zero exact zeros come first
+        xf = _float_of_bits(0 if kf < n_zero else (bf + 1) << 16, values.device)
+        xc = _float_of_bits(0 if kc < n_zero else (bc + 1) << 16, values.device)
         return _lerp(xf, xc, frac)
     if method != "exact":
         raise ValueError(f"unknown global quantile method {method!r}")
