@@ -16,8 +16,8 @@ Stand-ins, all at the engine boundary:
   zero log-probs, ``append`` records what the trainer trains on (after a delay, the "training time"),
   ``fit`` returns a status, ``broadcast_to_vllm`` calls ``Engine.broadcast``.
 
-Part 1, CLI: each case runs OpenRLHF's ``openrlhf.cli.train_ppo_ray`` through the launcher and stops where
-that module calls ``train(args)`` (one more extension, last in line, records the final args and the
+Part 1, CLI: each case (and each launcher command in docs/openrlhf_lag.md) runs OpenRLHF's
+``openrlhf.cli.train_ppo_ray`` through the launcher and stops where that module calls ``train(args)`` (one more extension, last in line, records the final args and the
 ``PPOTrainerAsync`` class ``train()`` would start).
 
 Part 2, loops: for each scenario, the lag subclasses of ``GenerateSamplesActor`` and ``TrainingActor``
@@ -44,7 +44,7 @@ import _openrlhf_stubs  # noqa: E402
 
 EOS = 1
 WORDS = ["<pad>", "<eos>"] + [f"w{i}" for i in range(40)]
-N_PROMPTS = 24
+N_PROMPTS = 16
 
 
 class SamplingParams:
@@ -231,6 +231,17 @@ def cli_cases(paths):
     }
 
 
+def docs_commands():
+    """The argv of each launcher command in docs/openrlhf_lag.md."""
+    import re
+    import shlex
+
+    with open(os.path.join(HERE, "..", "..", "docs", "openrlhf_lag.md")) as f:
+        doc = f.read()
+    commands = re.findall(r"```bash\n(python -m sat_ext\.openrlhf\.train_ppo_ray .*?)```", doc, flags=re.S)
+    return [shlex.split(c.replace("\\\n", " "))[3:] for c in commands]
+
+
 class Stop(Exception):
     """Raised where OpenRLHF's CLI would start training."""
 
@@ -254,7 +265,15 @@ def _record(args):
     raise Stop(args, ppo_trainer_async.PPOTrainerAsync)
 
 
-def run_cli_cases(paths):
+def all_cli_cases(paths):
+    cases = cli_cases(paths)
+    cases["no_lag_vanilla"] = cases["no_lag"]  # the launcher with no extension: OpenRLHF's CLI alone
+    for i, argv in enumerate(docs_commands()):
+        cases[f"docs_{i}"] = argv
+    return cases
+
+
+def run_cli_cases(cases):
     import contextlib
     import io
 
@@ -262,8 +281,6 @@ def run_cli_cases(paths):
 
     record = launcher.Extension("record", (), lambda parser: None, _record, lambda: None)
     results, parsed = {}, {}
-    cases = cli_cases(paths)
-    cases["no_lag_vanilla"] = cases["no_lag"]  # the launcher with no extension: OpenRLHF's CLI alone
     for name, argv in cases.items():
         out, err = io.StringIO(), io.StringIO()
         result = {}
@@ -336,17 +353,16 @@ class SharedActors:
             self.rollout_slots.put(0, block=True)
 
 
-def run_loops(args, shared, gen_delay, train_delay, timeout=120.0):
+def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
     """The real generator and trainer loops of the lag subclasses, in two threads of this process."""
     import threading
 
     import ray
     from openrlhf.utils import get_strategy
 
-    from sat_ext.openrlhf.lag import lag_actor_classes, lag_config
+    from sat_ext.openrlhf.lag import lag_actor_classes
 
     classes = lag_actor_classes()
-    cfg = lag_config(args)
     strategy = get_strategy(args)
     # PPOTrainerAsync.__init__'s set-up (openrlhf/trainer/ppo_trainer_async.py:281-302) and its clock
     if args.eval.steps == -1:
@@ -355,7 +371,6 @@ def run_loops(args, shared, gen_delay, train_delay, timeout=120.0):
         args.ckpt.save_steps = float("inf")
     q = args.train.async_queue_size
     shared.reset(q)
-    clock = classes.clock.remote(cfg.mode, cfg.sync_every, cfg.prefetch)
     engine = LocalEngine(gen_delay)
     group = StandInActorGroup(engine, train_delay)
     handles = dict(vllm_lock=shared.lock, rollout_queue=shared.rollout_queue, rollout_slots=shared.rollout_slots,
@@ -404,14 +419,20 @@ def run_scenarios(parsed):
     import copy
     import traceback
 
+    from sat_ext.openrlhf.lag import lag_actor_classes, lag_config
+
     shared = SharedActors()
+    clocks = {}  # what LagPPOTrainerAsync.__init__ creates; all at once, so that their processes start together
+    for name, (case, *_) in SCENARIOS.items():
+        cfg = lag_config(parsed[case])
+        clocks[name] = lag_actor_classes().clock.remote(cfg.mode, cfg.sync_every, cfg.prefetch)
     results = {}
     for name, (case, forced_q, gen_delay, train_delay) in SCENARIOS.items():
         args = copy.deepcopy(parsed[case])
         if forced_q is not None:  # past the launcher's check: the trainer's own bound must hold
             args.train.async_queue_size = forced_q
         try:
-            results[name] = run_loops(args, shared, gen_delay, train_delay)
+            results[name] = run_loops(args, shared, clocks[name], gen_delay, train_delay)
         except BaseException as e:  # noqa: BLE001
             results[name] = {"errors": [f"{e!r}\n{traceback.format_exc()}"]}
         if results[name]["errors"]:  # the shared actors may be in any state: stop here
@@ -478,10 +499,20 @@ def finish_full_run(run):
 FULL_RUN_CASE = "interval2_p1_eval"
 
 
+def _import_openrlhf():
+    """What the CLI cases import first (OpenRLHF's CLI module's imports, the launcher, the tokenizer libraries)."""
+    import openrlhf.trainer.ppo_trainer_async  # noqa: F401
+    import openrlhf.trainer.ray.ppo_actor  # noqa: F401
+    import transformers  # noqa: F401
+
+    import sat_ext.openrlhf.train_ppo_ray  # noqa: F401
+
+
 def main(out_path):
     import json
     import shutil
     import tempfile
+    import threading
     import traceback
 
     t0 = time.time()
@@ -489,23 +520,34 @@ def main(out_path):
     os.environ["HF_DATASETS_CACHE"] = os.path.join(workdir, "hf_datasets")  # load_dataset's cache stays in here
     worker_setup()
     timings = {}
-    paths = make_data(workdir)
-    cli, parsed = run_cli_cases(paths)
-    timings["cli"] = time.time() - t0
-    result = {"cli": cli, "timings": timings}
-    if any(c not in parsed for c in [FULL_RUN_CASE, *(s[0] for s in SCENARIOS.values())]):
-        result["error"] = "a scenario's CLI case did not reach train()"
-    else:
-        import ray
+    importer = threading.Thread(target=_import_openrlhf)  # overlaps ray.init's processes starting up
+    importer.start()
+    import ray
 
-        t1 = time.time()
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": HERE, "HF_DATASETS_CACHE": os.environ["HF_DATASETS_CACHE"]},
-                              "worker_process_setup_hook": "_openrlhf_lag_harness.worker_setup"})
-        timings["ray_init"] = time.time() - t1
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": HERE, "HF_DATASETS_CACHE": os.environ["HF_DATASETS_CACHE"]},
+                          "worker_process_setup_hook": "_openrlhf_lag_harness.worker_setup"})
+    timings["ray_init"] = time.time() - t0
+    importer.join()
+    paths = make_data(workdir)
+    cases = all_cli_cases(paths)
+    cli, parsed = run_cli_cases({FULL_RUN_CASE: cases.pop(FULL_RUN_CASE)})
+    timings["imports_and_first_cli"] = time.time() - t0
+    result = {"cli": cli, "timings": timings}
+    if FULL_RUN_CASE not in parsed:
+        result["error"] = f"{FULL_RUN_CASE} did not reach train(): {cli[FULL_RUN_CASE]['stderr'][-2000:]}"
+    else:
         try:
             t1 = time.time()
-            run = start_full_run(parsed[FULL_RUN_CASE])  # its workers start while the loops below run
+            run = start_full_run(parsed[FULL_RUN_CASE])  # its workers start while the rest below runs
+            more_cli, more_parsed = run_cli_cases(cases)
+            cli.update(more_cli)
+            parsed.update(more_parsed)
+            timings["cli_rest"] = time.time() - t1
+            t1 = time.time()
+            missing = [s[0] for s in SCENARIOS.values() if s[0] not in parsed]
+            if missing:
+                raise RuntimeError(f"the CLI cases {missing} did not reach train()")
             result["loops"] = run_scenarios(parsed)
             timings["loops"] = time.time() - t1
             t1 = time.time()

@@ -114,9 +114,11 @@ def test_lag_flags_are_accepted_and_set_the_queue_size(cli, case, lag, queue_siz
 
 
 def test_the_launcher_says_what_each_mode_does(cli):
-    assert "[sat_ext] --lag.mode bounded: --train.async_queue_size 2 (OpenRLHF's queue and token pool: a batch " \
-           "is generated at most 2 weight syncs before it is trained)" in cli["bounded2"]["stdout"]
-    assert "[sat_ext] --lag.mode interval: weights broadcast to vLLM every 3 trainer steps" in cli["interval3"]["stdout"]
+    bounded = ("[sat_ext] --lag.mode bounded: --train.async_queue_size 2 (OpenRLHF's queue and token pool: a batch "
+               "is generated at most 2 weight syncs before it is trained)")
+    assert bounded in cli["bounded2"]["stdout"]
+    interval = "[sat_ext] --lag.mode interval: weights broadcast to vLLM every 3 trainer steps"
+    assert interval in cli["interval3"]["stdout"]
 
 
 def test_sat_and_a_lag_mode_combine(cli):
@@ -151,6 +153,20 @@ def test_sat_and_a_lag_mode_combine(cli):
 def test_bad_settings_are_refused_at_launch_naming_the_flags(cli, case, expected):
     msg = _refused(cli, case)
     assert msg.startswith("train_ppo_ray.py: error: ") and expected in msg, msg
+
+
+def test_the_docs_commands_pass_openrlhfs_and_the_launchers_checks(cli):
+    docs = {name: _trained(cli, name) for name in sorted(cli) if name.startswith("docs_")}
+    assert [(a["lag"], a["train"]["async_queue_size"]) for a in docs.values()] == [
+        ({"mode": "bounded", "max_lag": 2, "over_bound": "drop"}, 2),
+        ({"mode": "interval", "interval": 8, "prefetch": 1}, 2),  # p = 1 with evaluation on
+        ({"mode": "off"}, 2),
+    ]
+    bounded, interval, off = docs.values()
+    assert bounded["actor"]["policy_loss_type"] == interval["actor"]["policy_loss_type"] == "sat_gspo"
+    assert interval["eval"]["steps"] == 8 and off["train"]["partial_rollout_enable"]
+    for a in docs.values():  # one optimizer step per trainer step
+        assert a["rollout"]["batch_size"] * a["rollout"]["n_samples_per_prompt"] == a["train"]["batch_size"]
 
 
 def test_help_lists_the_lag_flags(cli):
@@ -197,7 +213,7 @@ def test_logged_lags_are_the_true_lags(loops):
 def test_bounded_mode_uses_the_bound_and_never_exceeds_it(loops):
     run = loops["bounded2"]
     lags = [version - weights for version, _, weights in _samples(run)]
-    assert max(lags) == 2 and len(lags) == 24 * N_SAMPLES  # the rollout runs 2 versions ahead, nothing is lost
+    assert max(lags) == 2 and len(lags) == run["prompts"] * N_SAMPLES  # the rollout runs 2 versions ahead, nothing is lost
     assert all(log["lag/max"] <= 2 and log["lag/dropped"] == log["lag/regenerated"] == 0 for log in run["logs"])
     steady = run["logs"][1:]  # fast rollout, slow training: the generator waits for the token pool
     assert sum(x["lag/producer_idle_s"] for x in steady) > sum(x["lag/consumer_idle_s"] for x in steady)
@@ -209,7 +225,7 @@ def test_a_queue_deeper_than_the_bound_drops_stale_groups(loops):
     assert max(lags) <= 1
     dropped = sum(log["lag/dropped"] for log in run["logs"])
     assert dropped > 0 and dropped % N_SAMPLES == 0 and run["logs"][-1]["lag/dropped_total"] == dropped
-    assert len(lags) + dropped == 24 * N_SAMPLES
+    assert len(lags) + dropped == run["prompts"] * N_SAMPLES
 
 
 def test_a_queue_deeper_than_the_bound_regenerates_stale_groups(loops):
@@ -227,9 +243,10 @@ def test_a_queue_deeper_than_the_bound_regenerates_stale_groups(loops):
 def test_interval_mode_broadcasts_every_k_steps_and_follows_the_schedule(loops):
     run = loops["interval3"]  # k = 3, prefetch 0: data 0, 1, 2 steps old, always on the current version
     logs = run["logs"]
-    assert [log["step"] for log in logs] == list(range(1, 13))
-    assert [log["lag/broadcast"] for log in logs] == [float(s % 3 == 0) for s in range(1, 13)]
-    assert run["engine_weights"] == 4 and logs[-1]["lag/version"] == 4
+    steps = run["prompts"] // 2  # --rollout.batch_size 2
+    assert [log["step"] for log in logs] == list(range(1, steps + 1))
+    assert [log["lag/broadcast"] for log in logs] == [float(s % 3 == 0) for s in range(1, steps + 1)]
+    assert run["engine_weights"] == steps // 3 and logs[-1]["lag/version"] == steps // 3
     for s, log in enumerate(logs, start=1):
         assert (log["lag/max"], log["lag/steps/min"], log["lag/steps/max"]) == (0, (s - 1) % 3, (s - 1) % 3)
         assert (log["lag/scheduled"], log["lag/scheduled_steps"]) == scheduled_lag(s, 3, 0)
@@ -241,7 +258,7 @@ def test_interval_mode_broadcasts_every_k_steps_and_follows_the_schedule(loops):
 def test_off_mode_measures_a_slow_rollout(loops):
     run = loops["off_slow_rollout"]  # queue of 2, generation slower than training
     lags = [version - weights for version, _, weights in _samples(run)]
-    assert set(lags) <= {0, 1, 2} and len(lags) == 24 * N_SAMPLES
+    assert set(lags) <= {0, 1, 2} and len(lags) == run["prompts"] * N_SAMPLES
     steady = run["logs"][1:]
     assert sum(x["lag/consumer_idle_s"] for x in steady) > sum(x["lag/producer_idle_s"] for x in steady)
 
@@ -263,10 +280,11 @@ def test_openrlhfs_async_trainer_starts_the_lag_subclasses_in_their_own_workers(
 
 def test_in_the_workers_interval_mode_keeps_its_schedule_through_evaluations(ray_run):
     logs = ray_run["logs"]  # --lag.interval 2 --lag.prefetch 1 --eval.steps 2: queue of 2
-    assert ray_run["max_steps"] == len(logs) == 12
-    assert [e["step"] for e in ray_run["evals"]] == [2, 4, 6, 8, 10]
+    steps = ray_run["prompts"] // 2  # --rollout.batch_size 2
+    assert ray_run["max_steps"] == len(logs) == steps
+    assert [e["step"] for e in ray_run["evals"]] == list(range(2, steps, 2))
     for s, log in enumerate(logs, start=1):
         assert (log["lag/scheduled"], log["lag/scheduled_steps"]) == scheduled_lag(s, 2, 1)
         assert (log["lag/max"], log["lag/steps/max"]) == scheduled_lag(s, 2, 1) and log["lag/off_schedule"] == 0
         assert log["lag/broadcast"] == float(s % 2 == 0)
-    assert ray_run["engine_weights"] == 6
+    assert ray_run["engine_weights"] == steps // 2
