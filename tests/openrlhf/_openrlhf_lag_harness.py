@@ -411,7 +411,7 @@ SCENARIOS = {
     "bounded1_drop_q3": ("bounded1", 3, 0.005, 0.12),
     "bounded1_regenerate_q3": ("bounded1_regen", 3, 0.005, 0.12),
     "interval3": ("interval3", None, 0.01, 0.05),
-    "off_slow_rollout": ("off", 2, 0.06, 0.02),
+    "off_slow_rollout": ("off", 2, 0.1, 0.02),
 }
 
 
