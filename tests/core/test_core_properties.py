@@ -36,6 +36,7 @@ from _core_ref import (
 from sat_ext.core import SATConfig, sat_gspo_loss, sat_token_loss
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS_C1 = settings(SETTINGS, max_examples=60)
 
 
 def _run(kind: str, batch, cfg: SATConfig, ratio_form: str | None):
@@ -137,7 +138,7 @@ def test_gspo_loss_properties(batch, cfg, ratio_form):
     _check_all("gspo", batch, cfg, ratio_form)
 
 
-@SETTINGS
+@SETTINGS_C1
 @given(batch=batches(), cfg=configs(c_min=1.0))
 def test_token_loss_c_one_is_ppo(batch, cfg):
     """(4) c_min = 1: c == 1 everywhere, so value and gradient are PPO's at every active token."""
@@ -153,7 +154,7 @@ def test_token_loss_c_one_is_ppo(batch, cfg):
     assert float(out.metrics["newly_clipped_frac"]) == 0.0
 
 
-@SETTINGS
+@SETTINGS_C1
 @given(batch=batches(), cfg=configs(c_min=1.0), ratio_form=st.sampled_from(["token", "sequence"]))
 def test_gspo_loss_c_one_is_gspo(batch, cfg, ratio_form):
     lp, out, ppo, _ = _run("gspo", batch, cfg, ratio_form)
