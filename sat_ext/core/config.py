@@ -7,6 +7,7 @@ adapter can re-render the message with the user's own spelling of the key (a Hyd
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Mapping
 
@@ -31,7 +32,7 @@ class SATConfigError(ValueError):
 
 
 def _is_real(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x))
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
 
 
 @dataclass(frozen=True)
