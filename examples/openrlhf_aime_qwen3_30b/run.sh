@@ -7,7 +7,8 @@
 #
 # VARIANT: sat_gspo (SAT-GSPO), sat (SAT-GRPO: token-level SAT on group_norm advantages), and the
 #          baselines gspo and grpo (OpenRLHF's own losses; see the README for how they differ from verl's)
-# LAG:     1 (default) or 8: weights are broadcast to vLLM after every 1 (async) or 8 (sync) optimizer steps
+# LAG:     1 (default) or 8: weights are broadcast to vLLM after every 1 or 8 optimizer steps (asynchronous,
+#          sat_ext's lag modes: --lag.mode bounded --lag.max_lag 1 / --lag.mode interval --lag.interval 8)
 # Extra flags are appended after the script's (argparse: the last value of a flag wins).
 #
 # Environment (all optional):
@@ -26,7 +27,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then usage; exit 0; fi
 
 VARIANT="$1"; shift
@@ -51,17 +52,20 @@ esac
 
 PROMPTS_PER_STEP=256   # the paper: 256 prompts x 16 samples per optimizer step
 SAMPLES=16
+# asynchronous training with sat_ext's lag modes (docs/openrlhf_lag.md); one rollout batch of 256 prompts
+# = one trainer step (OpenRLHF's global step) = one optimizer step (--train.batch_size = the batch's samples)
 case "${LAG}" in
-    # lag 1: 1 optimizer step per broadcast, asynchronous with a queue of 1 (the next batch is generated
-    #        while this one trains): every batch is 1 step old (the same as sat_ext.lag's bounded max_lag 1)
-    # lag 8: 8 optimizer steps per broadcast, synchronous (generate 2048 prompts, train 8 steps on them):
-    #        data 0, 1, ..., 7 steps old (the same schedule as sat_ext.lag's interval 8 in the verl example)
-    1) ROLLOUT_BATCH=${PROMPTS_PER_STEP}; EVAL_STEPS=5; SAVE_STEPS=50
-       ASYNC=(--train.async_enable --train.async_queue_size 1) ;;
-    8) ROLLOUT_BATCH=$((8 * PROMPTS_PER_STEP)); EVAL_STEPS=1; SAVE_STEPS=6
-       ASYNC=() ;;
+    # lag 1: a broadcast after every step; bounded at 1 (the launcher sets --train.async_queue_size 1: the
+    #        next batch is generated while this one trains, no trained sample is more than 1 sync old)
+    # lag 8: a broadcast after steps 8, 16, ... only; no prefetch, so the 8 batches of a window are generated
+    #        by the weights of its start: data 0, 1, ..., 7 steps old (the verl example's interval 8)
+    1) EVAL_STEPS=5; SAVE_STEPS=50
+       LAG_FLAGS=(--train.async_enable --lag.mode bounded --lag.max_lag 1) ;;
+    8) EVAL_STEPS=8; SAVE_STEPS=48   # evaluate after each broadcast; save on one (exact lags on resume)
+       LAG_FLAGS=(--train.async_enable --lag.mode interval --lag.interval 8 --lag.prefetch 0) ;;
     *) echo "run.sh: LAG must be 1 or 8, got '${LAG}'" >&2; exit 2 ;;
 esac
+ROLLOUT_BATCH=${PROMPTS_PER_STEP}
 TRAIN_BATCH=$((PROMPTS_PER_STEP * SAMPLES))   # samples per optimizer step
 
 MODEL="${SAT_MODEL_PATH:-${HOME}/models/Qwen3-30B-A3B-Base}"
@@ -89,13 +93,13 @@ CMD=("${PYTHON:-python3}" -m sat_ext.openrlhf.train_ppo_ray
     --actor.num_nodes "${ACTOR_NNODES}" --actor.num_gpus_per_node "${GPUS_PER_NODE}"
     --vllm.num_engines "${VLLM_ENGINES}" --vllm.tensor_parallel_size "${VLLM_TP}"
     --vllm.gpu_memory_utilization 0.85 --vllm.enable_prefix_caching
-    # lag 1: asynchronous training, the next batch is generated while this one trains (queue of 1)
-    "${ASYNC[@]+"${ASYNC[@]}"}"
+    # asynchronous training, lag bounded at 1 / weights broadcast every 8 steps; lag/* metrics in the logs
+    "${LAG_FLAGS[@]}"
     # data: prepare_aime_dapo.py's OpenRLHF files (DAPO prompt template, 0/1 rule reward)
     --data.prompt_dataset "${DATA}/train.jsonl" --data.input_key prompt --data.label_key label
     --data.apply_chat_template
     --reward.remote_url "${HERE}/math_reward.py"
-    # AIME24 avg@8 (eval_aime2024_pass1) every 5 optimizer steps (lag 1) / every broadcast (lag 8)
+    # AIME24 avg@8 (eval_aime2024_pass1) every 5 optimizer steps (lag 1) / every broadcast = 8 steps (lag 8)
     --eval.dataset "${DATA}/aime2024.jsonl" --eval.steps "${EVAL_STEPS}"
     --eval.n_samples_per_prompt 8 --eval.temperature 0.95
     # GRPO: group-normalised advantages, no KL, no reference model, no critic

@@ -4,14 +4,15 @@ It runs OpenRLHF's own ``openrlhf.cli.train_ppo_ray`` module, unchanged, with ``
 parsing, validation and ``train()`` are upstream's), plus the launcher's extensions:
 
 1. before the module runs, each extension installs its class swaps (SAT: the policy actor class, which Ray
-   ships to the actor workers, see :mod:`sat_ext.openrlhf.actor`);
+   ships to the actor workers, see :mod:`sat_ext.openrlhf.actor`; LAG: OpenRLHF's ``PPOTrainerAsync``);
 2. when the module's parser parses, the extensions add their loss types to ``--actor.policy_loss_type``'s
-   choices and their flags (SAT: ``sat``, ``sat_gspo``, ``--sat.*``);
+   choices and their flags (SAT: ``sat``, ``sat_gspo``, ``--sat.*``; LAG: ``--lag.*``);
 3. when the module calls its ``train(args)``, each extension first checks the final arguments (the ones
    the workers get) and refuses a bad configuration with a message naming the flag (exit status 2).
 
-Every other flag reaches OpenRLHF untouched; with a non-SAT loss and no ``--sat.*`` flag the run is plain
-OpenRLHF. The asynchronous lag modes (:mod:`sat_ext.lag`) are to join :data:`EXTENSIONS` the same way.
+Every other flag reaches OpenRLHF untouched; with a non-SAT loss and no ``--sat.*`` or ``--lag.*`` flag the
+run is plain OpenRLHF. :data:`EXTENSIONS` holds SAT and LAG, the asynchronous lag modes of :mod:`sat_ext.lag`
+(:mod:`sat_ext.openrlhf.lag`, docs/openrlhf_lag.md).
 """
 
 from __future__ import annotations

@@ -100,18 +100,25 @@ def test_example_flags_pass_openrlhfs_parser_and_sats_checks(parsed, variant, la
     # rollout log-probs reach the loss (SAT's reference), vLLM engines exist, GRPO advantages, no KL / ref
     assert a["algo"]["advantage"]["is_correction_level"] == "token" and a["vllm"]["num_engines"] == 8
     assert a["algo"]["advantage"]["estimator"] == "group_norm" and a["algo"]["kl"]["init_coef"] == 0
-    # the paper's batch: 256 prompts x 16 samples per optimizer step; rollout batches of `lag` steps
+    # the paper's batch: 256 prompts x 16 samples per optimizer step; one rollout batch = one optimizer step
     r, t = a["rollout"], a["train"]
-    assert (r["n_samples_per_prompt"], t["batch_size"]) == (16, 4096)
-    assert r["batch_size"] * r["n_samples_per_prompt"] // t["batch_size"] == lag and t["max_epochs"] == 1
+    assert (r["batch_size"], r["n_samples_per_prompt"], t["batch_size"]) == (256, 16, 4096)
+    assert t["max_epochs"] == 1
     assert (r["temperature"], r["top_p"], r["max_new_tokens"]) == (0.95, 1.0, 32768)
     assert a["data"]["max_len"] >= 32768 + 2048
-    # lag 1: asynchronous, one batch in the queue; lag 8: synchronous, 8 optimizer steps per generated batch
-    assert t["async_enable"] is (lag == 1) and t["async_queue_size"] == 1 and t["partial_rollout_enable"] is False
+    # asynchronous with sat_ext's lag modes: lag 1 = bounded at 1, lag 8 = a broadcast every 8 steps, no
+    # prefetch (data 0..7 steps old); the launcher resolved OpenRLHF's queue to one batch for both
+    expected_lag = ({"mode": "bounded", "max_lag": 1} if lag == 1
+                    else {"mode": "interval", "interval": 8, "prefetch": 0})
+    assert a["lag"] == expected_lag
+    assert (f"[sat_ext] --lag.mode {expected_lag['mode']}:" in parsed[f"{variant}_lag{lag}"]["stdout"]
+            and "lag metrics under lag/" in parsed[f"{variant}_lag{lag}"]["stdout"])
+    assert t["async_enable"] is True and t["async_queue_size"] == 1 and t["partial_rollout_enable"] is False
     assert a["rollout"]["vllm_generate_batch_size"] == r["batch_size"]  # no oversampling: the lag stays bounded
-    # eval avg@8 every 5 optimizer steps (lag 1) / every broadcast (lag 8)
+    # eval avg@8 every 5 optimizer steps (lag 1) / after every broadcast = every 8 steps (lag 8)
     assert (a["eval"]["n_samples_per_prompt"], a["eval"]["temperature"]) == (8, 0.95)
-    assert a["eval"]["steps"] * lag == (5 if lag == 1 else 8)
+    assert a["eval"]["steps"] == (5 if lag == 1 else 8)
+    assert a["ckpt"]["save_steps"] % lag == 0  # lag 8: checkpoints (and resumes) at broadcast steps
     assert a["reward"]["remote_url"] == [str(EXAMPLE / "math_reward.py")]
     assert (a["data"]["input_key"], a["data"]["label_key"], a["data"]["apply_chat_template"]) == ("prompt", "label", True)
     if variant.startswith("sat"):
