@@ -219,6 +219,27 @@ def _finish(
     return SATLossOutput(loss_mat=loss_mat, ratio=ratio, clipped=clipped, region=region, metrics=metrics)
 
 
+def _inputs(
+    cfg: SATConfig,
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    rollout_log_prob: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor,
+           torch.Tensor | None]:
+    """Sanitised float32 ``(logp, old, adv, rollout or None)``, the mask as given, the mask without
+    non-finite entries, and the bad-entry mask (None when all finite)."""
+    mask = mask.bool()
+    rollout = rollout_log_prob if cfg.proxy == "rollout" else None
+    if cfg.proxy == "rollout" and rollout is None:
+        raise ValueError("SAT proxy='rollout' needs rollout_log_prob, which was not given")
+    t, bad = _sanitize(cfg, mask, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
+                       rollout_log_prob=rollout)
+    return (t["log_prob"], t["old_log_prob"], t["advantages"], t.get("rollout_log_prob"), mask,
+            _drop_nonfinite(mask, bad), bad)
+
+
 def sat_token_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
@@ -229,21 +250,15 @@ def sat_token_loss(
     group: dist.ProcessGroup | None = None,
 ) -> SATLossOutput:
     """Token-level SAT (SAT-GRPO with GRPO advantages); all tensors (batch, response_len)."""
-    mask = mask.bool()
-    rollout = rollout_log_prob if cfg.proxy == "rollout" else None
-    if cfg.proxy == "rollout" and rollout is None:
-        raise ValueError("SAT proxy='rollout' needs rollout_log_prob, which was not given")
-    t, bad = _sanitize(cfg, mask, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
-                       rollout_log_prob=rollout)
-    lp, old, adv = t["log_prob"], t["old_log_prob"], t["advantages"]
-    input_mask, mask = mask, _drop_nonfinite(mask, bad)
+    lp, old, adv, rollout, input_mask, mask, bad = _inputs(cfg, log_prob, old_log_prob, advantages, mask,
+                                                           rollout_log_prob)
     raw = lp - old
     log_ratio = torch.clamp(raw, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     if rollout is None:
         d = log_ratio.detach()
     else:
-        d = torch.clamp(lp.detach() - t["rollout_log_prob"], min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
+        d = torch.clamp(lp.detach() - rollout, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     region = adaptive_trust_region(d, mask, cfg, group)
     lo, hi = _reachable_bounds(cfg, adv, region.lo, region.hi)
     loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, adv, lo, hi, cfg.dual_clip)
@@ -264,14 +279,8 @@ def sat_gspo_loss(
     """SAT-GSPO on GSPO's sequence ratio; ``cfg.dual_clip`` applies as in the token loss (None: GSPO's own)."""
     if ratio_form not in ("token", "sequence"):
         raise ValueError(f"SAT-GSPO ratio_form must be 'token' or 'sequence', got {ratio_form!r}")
-    mask = mask.bool()
-    rollout = rollout_log_prob if cfg.proxy == "rollout" else None
-    if cfg.proxy == "rollout" and rollout is None:
-        raise ValueError("SAT proxy='rollout' needs rollout_log_prob, which was not given")
-    t, bad = _sanitize(cfg, mask, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
-                       rollout_log_prob=rollout)
-    lp, old, adv = t["log_prob"], t["old_log_prob"], t["advantages"]
-    input_mask, mask = mask, _drop_nonfinite(mask, bad)
+    lp, old, adv, rollout, input_mask, mask, bad = _inputs(cfg, log_prob, old_log_prob, advantages, mask,
+                                                           rollout_log_prob)
     raw = lp - old
     m = mask.float()
     n_seq = torch.count_nonzero(mask, dim=-1)  # = torch.sum(mask, dim=-1), as verl's gspo computes it
@@ -282,7 +291,7 @@ def sat_gspo_loss(
         ratio = torch.exp(torch.clamp(log_s, max=GSPO_LOG_RATIO_MAX))
     else:
         ratio = torch.exp(torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX)).unsqueeze(-1) * mask
-    ref_raw = raw.detach() if rollout is None else lp.detach() - t["rollout_log_prob"]
+    ref_raw = raw.detach() if rollout is None else lp.detach() - rollout
     if cfg.gspo_gate_level == "sequence":
         seq_mask = n_seq > 0
         # with proxy "old", the sequence mean of ref_raw is seq_log_ratio itself (the same operations)
