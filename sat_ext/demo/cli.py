@@ -177,13 +177,20 @@ def _warm_key(spec) -> str:
 
 
 class _Runner:
-    """Runs jobs in-process (jobs=1) or in a spawn process pool, feeding one step counter to a callback."""
+    """Runs jobs in-process (jobs=1) or in a spawn process pool; jobs report steps to ``on_progress``.
 
-    def __init__(self, jobs: int, threads: int):
+    ``submit(tag, fn, *args)`` queues a job; ``done()`` returns the (tag, result) pairs finished since the
+    last call (in-process: the job ran inside ``submit``); ``busy`` says whether any job is pending.
+    """
+
+    def __init__(self, jobs: int, threads: int, on_progress: Callable[[int], None]):
         self.jobs = jobs
         self.threads = threads
+        self.on_progress = on_progress
         self.pool = None
         self.queue = None
+        self.pending: dict[Future, Any] = {}
+        self.finished: list[tuple[Any, Any]] = []
         if jobs > 1:
             import multiprocessing as mp
 
@@ -192,50 +199,51 @@ class _Runner:
             self.pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
                                             initargs=(self.queue, threads))
 
-    def map(self, fn: Callable, arglist: list[tuple], on_done: Callable[[int, Any], None],
-            on_progress: Callable[[int], None]) -> list:
-        results: list = [None] * len(arglist)
-        if self.pool is None:
-            global _PROGRESS
-            import torch
+    def submit(self, tag: Any, fn: Callable, *args: Any) -> None:
+        if self.pool is not None:
+            self.pending[self.pool.submit(fn, *args)] = tag
+            return
+        global _PROGRESS
+        import torch
 
-            old = torch.get_num_threads()
-            torch.set_num_threads(self.threads)
+        old = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        runner = self
 
-            class _Direct:
-                def put(self, n):
-                    on_progress(n)
+        class _Direct:
+            def put(self, n):
+                runner.on_progress(n)
 
-            _PROGRESS = _Direct()
-            try:
-                for i, a in enumerate(arglist):
-                    results[i] = fn(*a)
-                    on_done(i, results[i])
-            finally:
-                _PROGRESS = None
-                torch.set_num_threads(old)
-            return results
-        futures: dict[Future, int] = {self.pool.submit(fn, *a): i for i, a in enumerate(arglist)}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            self._drain(on_progress)
-            for f in done:
-                i = futures[f]
-                results[i] = f.result()
-                on_done(i, results[i])
-        self._drain(on_progress)
-        return results
+        _PROGRESS = _Direct()
+        try:
+            self.finished.append((tag, fn(*args)))
+        finally:
+            _PROGRESS = None
+            torch.set_num_threads(old)
 
-    def _drain(self, on_progress) -> None:
+    @property
+    def busy(self) -> bool:
+        return bool(self.pending or self.finished)
+
+    def done(self) -> list[tuple[Any, Any]]:
+        if self.pool is not None and self.pending:
+            finished, _ = wait(set(self.pending), timeout=0.2, return_when=FIRST_COMPLETED)
+            self._drain()
+            for f in finished:
+                self.finished.append((self.pending.pop(f), f.result()))
+        out, self.finished = self.finished, []
+        return out
+
+    def _drain(self) -> None:
         while True:
             try:
-                on_progress(self.queue.get_nowait())
+                self.on_progress(self.queue.get_nowait())
             except queue.Empty:
                 return
 
     def close(self) -> None:
         if self.pool is not None:
+            self._drain()
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -321,35 +329,44 @@ def main(argv: list[str] | None = None) -> int:
     cache = _cache_dir(args)
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
-    runner = _Runner(jobs, args.threads)
+    # Warm starts (one per seed) and RL runs share the pool: a seed's runs start as soon as its warm start is in.
+    from tqdm import tqdm
+
+    warm_bar = _bar(len(warm_specs), "warm start (supervised)", args.no_progress)
+    rl_bar = _bar(len(specs) * steps, "RL steps (all runs)", args.no_progress)
+    runner = _Runner(jobs, args.threads, on_progress=rl_bar.update)
+    warm: list = [None] * len(warm_specs)
+    results: list = [None] * len(specs)
+    t_warm_done = t_start
+    n_done = 0
     try:
-        # Stage 1: warm starts (one per seed).
-        t_warm = time.perf_counter()
-        bar = _bar(len(warm_specs), "warm start (supervised)", args.no_progress)
-        warm_args = [(ws, str(cache / f"warm-{_warm_key(ws)}.pt") if cache else None) for ws in warm_specs]
-        warm = runner.map(_warm_job, warm_args, on_done=lambda i, r: bar.update(1), on_progress=lambda n: None)
-        bar.close()
-        warm_wall = time.perf_counter() - t_warm
-        warm_stats = [w[1] for w in warm]
-        for s, st in enumerate(warm_stats):
-            print(f"  seed {s}: warm start {int(st['sft_steps'])} steps, sampled reward {st['sampled_reward']:.3f}, "
-                  f"greedy {st['greedy_reward']:.3f}" + (" (cached)" if st.get("cached") else
-                                                         f" ({st['wall_s']:.0f}s)"), file=sys.stderr)
-        # Stage 2: the RL runs.
-        t_rl = time.perf_counter()
-        bar = _bar(len(specs) * steps, "RL steps (all runs)", args.no_progress)
-        done_bar_runs = [0]
-
-        def on_done(i, r):
-            done_bar_runs[0] += 1
-            bar.set_postfix_str(f"runs {done_bar_runs[0]}/{len(specs)}", refresh=False)
-
-        results = runner.map(_run_job, [(sp, warm[sp.seed][0]) for sp in specs], on_done=on_done,
-                             on_progress=bar.update)
-        bar.close()
-        rl_wall = time.perf_counter() - t_rl
+        for s, ws in enumerate(warm_specs):
+            runner.submit(("warm", s), _warm_job, ws, str(cache / f"warm-{_warm_key(ws)}.pt") if cache else None)
+        while runner.busy:
+            for (what, i), res in runner.done():
+                if what == "warm":
+                    warm[i] = res
+                    st = res[1]
+                    warm_bar.update(1)
+                    (tqdm.write if not args.no_progress else lambda m: print(m, file=sys.stderr))(
+                        f"  seed {i}: warm start {int(st['sft_steps'])} steps, sampled reward "
+                        f"{st['sampled_reward']:.3f}, greedy {st['greedy_reward']:.3f}"
+                        + (" (cached)" if st.get("cached") else f" ({st['wall_s']:.0f}s)"))
+                    t_warm_done = time.perf_counter()
+                    for j, sp in enumerate(specs):
+                        if sp.seed == i:
+                            runner.submit(("run", j), _run_job, sp, res[0])
+                else:
+                    results[i] = res
+                    n_done += 1
+                    rl_bar.set_postfix_str(f"runs {n_done}/{len(specs)}", refresh=False)
     finally:
         runner.close()
+        warm_bar.close()
+        rl_bar.close()
+    warm_wall = t_warm_done - t_start
+    rl_wall = time.perf_counter() - t_start
+    warm_stats = [w[1] for w in warm]
 
     failed = [r for r in results if r.error is not None]
     for r in failed:
@@ -397,7 +414,8 @@ def write_outputs(out: Path, results, losses, lags, args, kind, mismatch, warm_s
         "# sat-ext demo: summary",
         "",
         f"Command: `{' '.join(['sat-ext', 'demo', *args.argv])}`",
-        f"Wall time {timing['total_s']:.0f}s (warm start {timing['warm_start_s']:.0f}s, RL {timing['rl_s']:.0f}s) "
+        f"Wall time {timing['total_s']:.0f}s (warm starts all done after {timing['warm_start_s']:.0f}s, RL runs, which "
+        f"start as their seed's warm start is in, after {timing['rl_s']:.0f}s) "
         f"with {timing['jobs']} worker(s) x {timing['threads']} thread(s) on {os.cpu_count()} cores; "
         f"torch {torch.__version__}, transformers {transformers.__version__}, verl {verl_version or 'not installed'}; "
         f"CPU time {timing['warm_cpu_s'] + timing['rl_cpu_s']:.0f}s (warm start {timing['warm_cpu_s']:.0f}s, RL "
