@@ -35,17 +35,13 @@ def _into(op, fresh: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class TrustRegion:
-    """Bounds and diagnostics of one gate scope; tensors have the shape of the proxy d.
-
-    ``abs_d`` is |d| as computed for the gate (kept so that the diagnostics need not recompute it).
-    """
+    """Bounds and diagnostics of one gate scope; tensors have the shape of the proxy d."""
 
     lo: torch.Tensor
     hi: torch.Tensor
     c: torch.Tensor
     gated: torch.Tensor
     q: torch.Tensor
-    abs_d: torch.Tensor | None = None
 
     def diagnostics(
         self, d: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None,
@@ -62,14 +58,13 @@ class TrustRegion:
         n = torch.count_nonzero(mask) if count is None else count
         denom = n.float().clamp_min(1.0)
         ones = torch.ones((), dtype=self.c.dtype, device=self.c.device)
-        abs_d = d.abs() if self.abs_d is None else self.abs_d
         return {
             "gate_rate": torch.count_nonzero(self.gated & mask).float() / denom,
             "threshold_q": self.q.detach().float(),
             "radius_low_mean": _into(torch.mul, 1.0 - self.lo, m).sum() / denom,
             "radius_high_mean": _into(torch.mul, self.hi - 1.0, m).sum() / denom,
             "contraction_min": torch.where(mask, self.c, ones).min() if self.c.numel() else ones,
-            "abs_log_ratio_mean": (abs_d * m).sum() / denom,
+            "abs_log_ratio_mean": _into(torch.mul, d.abs(), m).sum() / denom,
         }
 
 
@@ -104,11 +99,11 @@ def adaptive_trust_region(
         return _region_general(d, abs_d, mask, q, cfg)
     if not bool(q > 0):  # q == 0: nothing is gated, nominal bounds
         return TrustRegion(lo=torch.full_like(d, lo_nom), hi=torch.full_like(d, hi_nom), c=torch.ones_like(d),
-                           gated=torch.zeros_like(mask), q=q, abs_d=abs_d)
+                           gated=torch.zeros_like(mask), q=q)
     gated = _into(torch.bitwise_and, torch.gt(abs_d, q), mask)
     if cfg.c_min >= 1:  # c = max(K, 1) = 1 everywhere: PPO's bounds
         return TrustRegion(lo=torch.full_like(d, lo_nom), hi=torch.full_like(d, hi_nom), c=torch.ones_like(d),
-                           gated=gated, q=q, abs_d=abs_d)
+                           gated=gated, q=q)
     # Gated entries have |d| > q, so the kernel sees them as the general form's max(|d|, q) would; the
     # others get c = 1 whatever the kernel gives them. On gated entries K is in [0, 1], so a floor of 0 is
     # the identity and only c_min > 0 needs the clamp.
@@ -126,7 +121,7 @@ def adaptive_trust_region(
         hi, lo = hi.clamp_(max=hi_nom), lo.clamp_(min=lo_nom)
     # else: float32 1 + eps * 1 is the nominal bound and c <= 1, so 1 + eps * c lies inside the nominal interval
     # and the clamps are the identity.
-    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q, abs_d=abs_d)
+    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q)
 
 
 def _nominal_is_unit_step(cfg: SATConfig) -> bool:
@@ -154,4 +149,4 @@ def _region_general(
     hi_nom, lo_nom = 1.0 + cfg.eps_high, 1.0 - cfg.eps_low
     hi = torch.where(contracted & (d > 0), 1.0 + cfg.eps_high * c, hi_nom).clamp(max=hi_nom)
     lo = torch.where(contracted & (d < 0), 1.0 - cfg.eps_low * c, lo_nom).clamp(min=lo_nom)
-    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q, abs_d=abs_d)
+    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q)
