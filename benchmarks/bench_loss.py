@@ -266,7 +266,7 @@ def mem_worker(args) -> None:
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     init_one_rank_group(device)
-    runner = Runner(CASES, device)
+    runner = Runner([c for c in CASES if args.cases is None or c.key in args.cases.split(",")], device)
     with_rss = C.rss_probe_available() and not args.no_rss
     runner.set_inputs(make_inputs(1 << 16, args.seq_len, device))
     for c in runner.cfgs:  # one warm call per case (lazy allocations of a first call), at a small size
@@ -287,6 +287,8 @@ def run_mem_subprocess(args, sizes: list[int]) -> list[dict]:
            ",".join(C.fmt_size(s) for s in sizes), "--threads", str(args.threads), "--seq-len", str(args.seq_len)]
     if args.no_rss:
         cmd.append("--no-rss")
+    if args.cases:
+        cmd += ["--cases", args.cases]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"memory worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -413,6 +415,7 @@ def main(argv=None) -> None:
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--no-rss", action="store_true", help="CPU: only the allocator peak, not the RSS cross-check")
     ap.add_argument("--modes", default="fwd,fwd+bwd", help="timed modes (comma list of fwd, fwd+bwd)")
+    ap.add_argument("--cases", default=None, help="comma list of case keys (default all), e.g. vanilla,sat[micro]")
     ap.add_argument("--out", default=str(C.RESULTS))
     ap.add_argument("--stem", default=None, help="result file stem (default bench_loss_<device>)")
     ap.add_argument("--mem-worker", action="store_true", help=argparse.SUPPRESS)
@@ -428,12 +431,13 @@ def main(argv=None) -> None:
     sizes = [C.parse_size(s) for s in (args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)).split(",")]
     backend = init_one_rank_group(device)
     env = C.environment(device, collective_backend=f"{backend} (1 rank)", seq_len=args.seq_len)  # at the start
-    runner = Runner(CASES, device)
+    cases = [c for c in CASES if args.cases is None or c.key in args.cases.split(",")]
+    runner = Runner(cases, device)
     equal = equality_check(device)
     print(f"device={C.device_description(device)} backend={backend} c_min=1 bit-for-bit vs verl: {equal}", flush=True)
 
     runner.set_inputs(make_inputs(1 << 16, args.seq_len, device))  # warm every case once
-    for c in CASES:
+    for c in cases:
         runner.call(c, True)()
     time_rows, mem_rows = [], []
     modes = tuple(m for m in ("fwd", "fwd+bwd") if m in args.modes.split(","))
