@@ -67,6 +67,7 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--jobs", default="sat:micro,sat:global,sat_gspo:micro,quantile:-,global_exact:-")
+    ap.add_argument("--memory", action="store_true", help="also the torch CPU-allocator peak of each job")
     ap.add_argument("--stem", default=None, help="write results/<stem>.csv/.md (default: print only)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -104,6 +105,10 @@ def main(argv=None) -> None:
                        "old_min_ms": min(ts["old"]) * 1e3, "new_min_ms": min(ts["new"]) * 1e3,
                        "min_ratio": min(ts["new"]) / min(ts["old"]),
                        "old_cpu_ms": co * 1e3, "new_cpu_ms": cn * 1e3, "cpu_ratio": cn / co}
+                if args.memory:
+                    for tag, core in (("old", ref), ("new", new)):
+                        row[f"{tag}_peak_mib"] = C.torch_alloc_peak_bytes(job(core, what, scope, x, backward))[0] / 2**20
+                    row["peak_ratio"] = row["new_peak_mib"] / row["old_peak_mib"] if row["old_peak_mib"] else float("nan")
                 rows.append(row)
                 print(f"{C.fmt_size(n):>4} {what:13s} {scope:6s} {row['mode']:8s} wall old {mo * 1e3:8.2f} new "
                       f"{mn * 1e3:8.2f} x{mn / mo:.3f} (min x{row['min_ratio']:.3f}) | cpu old {co * 1e3:8.2f} "
@@ -113,11 +118,13 @@ def main(argv=None) -> None:
         env = C.environment(torch.device("cpu"), old_core=args.ref, new_core=args.new)
         C.write_csv(C.RESULTS / f"{args.stem}.csv", rows, env)
         head = ["tokens", "job", "scope", "mode", "old ms", "new ms", "new/old", "paired", "min new/min old",
-                "old CPU ms", "new CPU ms", "CPU new/old"]
+                "old CPU ms", "new CPU ms", "CPU new/old"] + (["old peak MiB", "new peak MiB", "peak new/old"]
+                                                              if args.memory else [])
         body = [[C.fmt_size(r["tokens"]), r["job"], r["scope"], r["mode"], f"{r['old_ms']:.2f}",
                  f"{r['new_ms']:.2f}", f"{r['new_over_old']:.3f}", f"{r['paired_ratio_median']:.3f}",
                  f"{r['min_ratio']:.3f}", f"{r['old_cpu_ms']:.2f}", f"{r['new_cpu_ms']:.2f}",
-                 f"{r['cpu_ratio']:.3f}"] for r in rows]
+                 f"{r['cpu_ratio']:.3f}"] + ([f"{r['old_peak_mib']:.1f}", f"{r['new_peak_mib']:.1f}",
+                                             f"{r['peak_ratio']:.3f}"] if args.memory else []) for r in rows]
         C.write_md(C.RESULTS / f"{args.stem}.md", f"ab_core: core {args.new} vs core {args.ref}", env,
                    [("Medians (interleaved, same process)", C.md_table(head, body))])
 

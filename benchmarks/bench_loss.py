@@ -309,6 +309,8 @@ def merge(time_rows: list[dict], mem_rows: list[dict]) -> list[dict]:
             row["peak_alloc_mib"] = m[key]
         if r["mode"] == "fwd+bwd" and "rss_peak_fwdbwd_mib" in m:
             row["peak_rss_mib"] = m["rss_peak_fwdbwd_mib"]
+        if "memory_phase_s" in m:
+            row["memory_phase_s"] = m["memory_phase_s"]
         out.append(row)
     by = {(r["tokens"], r["case"], r["mode"]): r for r in out}
     for r in out:
