@@ -37,13 +37,13 @@ if [[ $# -gt 0 && "$1" =~ ^[0-9]+$ ]]; then LAG="$1"; shift; fi
 case "${VARIANT}" in
     sat)      LOSS=(--actor.policy_loss_type sat --actor.eps_clip_low_high 0.2 0.2 --actor.dual_clip 3.0
                     --actor.loss_agg_mode token-mean
-                    --sat.quantile 0.9 --sat.gate_scope micro --sat.kernel hill_shifted --sat.exponent 2.0
-                    --sat.c_min 0.0 --sat.nonfinite mask) ;;
-    sat_gspo) LOSS=(--actor.policy_loss_type sat_gspo --actor.eps_clip_low_high 3e-4 4e-4
+                    --sat.quantile 0.9 --sat.quantile_rule inverse_cdf --sat.gate_scope micro --sat.kernel hill
+                    --sat.exponent 2.0 --sat.c_min 0.0 --sat.nonfinite mask) ;;
+    sat_gspo) LOSS=(--actor.policy_loss_type sat_gspo --actor.eps_clip_low_high 0.2 0.2
                     --actor.loss_agg_mode seq-mean-token-mean
-                    --sat.quantile 0.9 --sat.gate_scope micro --sat.kernel hill_shifted --sat.exponent 2.0
-                    --sat.c_min 0.0 --sat.gspo_gate_level sequence --sat.nonfinite mask) ;;
-    gspo)     LOSS=(--actor.policy_loss_type gspo --actor.eps_clip_low_high 3e-4 4e-4
+                    --sat.quantile 0.9 --sat.quantile_rule inverse_cdf --sat.gate_scope micro --sat.kernel hill
+                    --sat.exponent 2.0 --sat.c_min 0.0 --sat.gspo_gate_level broadcast --sat.nonfinite mask) ;;
+    gspo)     LOSS=(--actor.policy_loss_type gspo --actor.eps_clip_low_high 0.2 0.2
                     --actor.loss_agg_mode seq-mean-token-mean) ;;
     grpo)     LOSS=(--actor.policy_loss_type ppo --actor.eps_clip_low_high 0.2 0.2 --actor.dual_clip 3.0
                     --actor.loss_agg_mode token-mean) ;;

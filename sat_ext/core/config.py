@@ -11,11 +11,12 @@ import numbers
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Mapping
 
-KERNELS = ("hill_shifted", "hill", "power", "exp")
+KERNELS = ("hill", "hill_shifted", "power", "exp")
+QUANTILE_RULES = ("inverse_cdf", "linear")
 GATE_SCOPES = ("micro", "global")
 GLOBAL_METHODS = ("exact", "hist")
 PROXIES = ("old", "rollout")
-GSPO_GATE_LEVELS = ("sequence", "token")
+GSPO_GATE_LEVELS = ("broadcast", "sequence", "token")
 NONFINITE_POLICIES = ("mask", "raise")
 
 
@@ -37,17 +38,25 @@ def _is_real(x: Any) -> bool:
 
 @dataclass(frozen=True)
 class SATConfig:
-    """Knobs of the Staleness-Adaptive Trust Region (SPEC §1); defaults are the paper's where it states them.
+    """Knobs of the Staleness-Adaptive Trust Region; every default is the paper's (arXiv 2607.18722, §4.2).
 
-    eps_low / eps_high: nominal clip radii, interval [1 - eps_low, 1 + eps_high].
-    dual_clip: dual-clip constant c > 1 for A < 0 (None disables it).
-    quantile: gate level; tokens with |d| above the ``quantile`` quantile of |d| are contracted.
-    gate_scope: "micro" (quantile over the local micro-batch, the paper's) or "global" (over the DP group).
+    eps_low / eps_high: nominal clip radii, interval [1 - eps_low, 1 + eps_high] (paper: 0.2 / 0.2, Table 9).
+    dual_clip: dual-clip constant c > 1 for A < 0 (None disables it): a base-recipe extra (verl's vanilla),
+        not part of Eq. 19.
+    quantile: the level alpha of Eq. 14 (paper: 0.90).
+    quantile_rule: "inverse_cdf" (paper, Eq. 14: q is the ceil(alpha * n)-th smallest |d|) or "linear"
+        (not the paper's: torch.quantile's interpolation between order statistics).
+    gate_scope: "micro" (paper: the quantile over the local micro-batch) or "global" (not the paper's: over
+        the data-parallel group).
     global_method: "exact" (two small collectives, exact) or "hist" (one collective, q within 2^-7 relative).
-    kernel / exponent: contraction factor c = K(|d|; q) for gated tokens (see :mod:`sat_ext.core.kernels`).
-    c_min: floor on c (c = max(c, c_min)); c_min = 1 turns SAT into PPO exactly.
-    proxy: "old" (d = sg(logp - old_logp)) or "rollout" (d = sg(logp - rollout_logp), when given).
-    gspo_gate_level: for SAT-GSPO, gate on the sequence log-ratio ("sequence") or on each token's ("token").
+    kernel / exponent: contraction factor c = K(|d|; q) of gated tokens (paper: "hill", 1 / (1 + (|d|/q)^2),
+        Eq. 15; see :mod:`sat_ext.core.kernels` for the other forms, none of them the paper's).
+    c_min: floor on c (c = max(c, c_min); paper: none, 0); c_min = 1 turns SAT into PPO exactly.
+    proxy: "old" (paper: d = sg(logp - old_logp), the ratio's own log) or "rollout" (d against the rollout
+        log-prob, when given).
+    gspo_gate_level: SAT-GSPO's score and quantile: "broadcast" (paper, Eq. 20: the sequence log-ratio on
+        every active token, token quantile), "sequence" (one score per sequence, per-sequence quantile) or
+        "token" (each token's own log-ratio); the last two are not the paper's.
     nonfinite: "mask" (non-finite inputs at active tokens get zero loss and gradient, counted in a metric)
         or "raise" (a ValueError naming the tensor).
     """
@@ -56,13 +65,14 @@ class SATConfig:
     eps_high: float = 0.2
     dual_clip: float | None = 3.0
     quantile: float = 0.9
+    quantile_rule: str = "inverse_cdf"
     gate_scope: str = "micro"
     global_method: str = "exact"
-    kernel: str = "hill_shifted"
+    kernel: str = "hill"
     exponent: float = 2.0
     c_min: float = 0.0
     proxy: str = "old"
-    gspo_gate_level: str = "sequence"
+    gspo_gate_level: str = "broadcast"
     nonfinite: str = "mask"
 
     def __post_init__(self) -> None:
@@ -81,6 +91,7 @@ class SATConfig:
         if not _is_real(self.c_min) or not 0 <= self.c_min <= 1:
             raise SATConfigError("c_min", self.c_min, "must be a number in [0, 1]")
         for name, allowed in (
+            ("quantile_rule", QUANTILE_RULES),
             ("gate_scope", GATE_SCOPES),
             ("global_method", GLOBAL_METHODS),
             ("kernel", KERNELS),

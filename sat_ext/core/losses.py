@@ -1,19 +1,23 @@
 """SAT (token level) and SAT-GSPO (sequence ratio) per-token losses, before the framework's aggregation.
 
-Token SAT, per active token t (SPEC §1):
+Token SAT, per active token t (the paper's Eq. 13-19; the clamp and the dual clip are verl's ``vanilla``):
 
-    l_t    = clamp(logp_t - logp_old_t, -20, 20),   r_t = exp(l_t),   d_t = sg(l_t)
-    [lo_t, hi_t] = adaptive_trust_region(d)
-    loss_t = max(-A_t r_t, -A_t clip(r_t, lo_t, hi_t))          and, for A_t < 0 with dual clip C,
-    loss_t = min(loss_t, -A_t C)
+    l_t    = clamp(logp_t - logp_old_t, -20, 20),   r_t = exp(l_t),   d_t = sg(l_t)        Eq. 13
+    [lo_t, hi_t] = adaptive_trust_region(d)                                                Eq. 14-17
+    loss_t = max(-A_t r_t, -A_t clip(r_t, lo_t, hi_t))                                     Eq. 18-19
+    and, for A_t < 0 with dual clip C, loss_t = min(loss_t, -A_t C); then loss_t * w_t with the framework's
+    optional per-token weights w (verl's ``rollout_is_weights``).
 
-SAT-GSPO: the sequence log-ratio m_i = mean_t (logp_it - logp_old_it) gives s_i = exp(m_i), used token-wise
-as ``exp(logp - sg(logp) + sg(m_i))`` (verl's form, ``ratio_form="token"``) or as ``exp(m_i)`` with its full
-gradient (OpenRLHF's form, ``ratio_form="sequence"``); the log is clamped at 10 as verl's gspo does. The
-proxy is d_i = sg(m_i) per sequence (``gspo_gate_level="sequence"``) or the token log-ratio ("token").
+SAT-GSPO (Eq. 20): the sequence log-ratio m_i = mean_t (logp_it - logp_old_it) gives s_i = exp(m_i), used
+token-wise as ``exp(logp - sg(logp) + sg(m_i))`` (verl's form, ``ratio_form="token"``) or as ``exp(m_i)``
+with its full gradient (OpenRLHF's form, ``ratio_form="sequence"``); the log is clamped at 10 as verl's gspo
+does. The score is d_it = sg(m_i) on every active token of sequence i, with the token quantile
+(``gspo_gate_level="broadcast"``, the paper's); the options are one score per sequence with a per-sequence
+quantile ("sequence") and each token's own log-ratio ("token").
 
 Both return a :class:`SATLossOutput` whose ``loss_mat`` the framework aggregates (verl ``agg_loss``,
-OpenRLHF ``aggregate_loss``) and whose ``metrics`` have the same keys whatever the input.
+OpenRLHF ``aggregate_loss``; an empty micro-batch takes :func:`empty_microbatch_loss` instead) and whose
+``metrics`` have the same keys whatever the input.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ METRIC_KEYS = (
     "radius_high_mean",
     "contraction_min",
     "abs_log_ratio_mean",
+    "d_pi",
     "newly_clipped_frac",
     "nonfinite_frac",
     "log_ratio_clamped_frac",
@@ -98,7 +103,8 @@ def _sanitize(
         for name, v in out.items():
             n = int((~torch.isfinite(v) & mask).sum())
             if n:
-                raise ValueError(f"SAT input '{name}' has {n} non-finite (NaN/Inf) values at active tokens")
+                raise ValueError(f"SAT input '{name}' has {n} non-finite (NaN/Inf) values at active tokens "
+                                 f"(sat nonfinite='raise'; 'mask' zeroes and counts them in nonfinite_frac)")
         # Non-finite values only at padding: drop them silently, they never reach the loss.
     out = {k: torch.where(bad, torch.zeros_like(v), v) for k, v in out.items()}
     return out, bad
@@ -168,8 +174,13 @@ def _finish(
     bad: torch.Tensor | None,
     kl_log_ratio: torch.Tensor,
     input_mask: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
 ) -> SATLossOutput:
-    """Zero the loss at non-finite entries and collect the diagnostics (constant key set).
+    """Zero the loss at non-finite entries, apply the per-token ``weights`` and collect the diagnostics
+    (constant key set).
+
+    ``d_pi`` is Eq. 52, mean |log r_tok| over the active tokens, from ``raw_log_ratio`` (the token log-ratio
+    against the ratio's own denominator, for SAT-GSPO too).
 
     ``kl_log_ratio`` is the log-ratio ``ppo_kl`` is reported on, as the matching verl loss does: clamped for
     the token loss (verl's ``vanilla``), unclamped for SAT-GSPO (verl's ``gspo``). ``m`` is ``mask.float()``.
@@ -183,6 +194,8 @@ def _finish(
     """
     if bad is not None:
         loss_mat = torch.where(bad, torch.zeros_like(loss_mat), loss_mat)
+    if weights is not None:
+        loss_mat = loss_mat * weights
     with torch.no_grad():
         dev = loss_mat.device
         n_active = torch.count_nonzero(mask)
@@ -204,6 +217,7 @@ def _finish(
             any_clamped = False
         metrics.update(
             active=torch.ones((), device=dev),
+            d_pi=raw.abs().mul_(m).sum() / denom,
             newly_clipped_frac=torch.count_nonzero(_newly_clipped(clipped, ppo_clipped, mask)).float() / denom,
             nonfinite_frac=(torch.count_nonzero(bad & input_mask).float()
                             / torch.count_nonzero(input_mask).float().clamp_min(1.0)) if bad is not None else zero,
@@ -219,6 +233,20 @@ def _finish(
     return SATLossOutput(loss_mat=loss_mat, ratio=ratio, clipped=clipped, region=region, metrics=metrics)
 
 
+@dataclass
+class _Inputs:
+    """Sanitised float32 inputs of one loss call."""
+
+    lp: torch.Tensor
+    old: torch.Tensor
+    adv: torch.Tensor
+    rollout: torch.Tensor | None  # the rollout log-prob, with proxy "rollout" only
+    weights: torch.Tensor | None  # per-token loss weights (verl's rollout_is_weights)
+    input_mask: torch.Tensor  # the active mask as given
+    mask: torch.Tensor  # the active mask less the non-finite entries
+    bad: torch.Tensor | None  # the non-finite entries (None when all are finite)
+
+
 def _inputs(
     cfg: SATConfig,
     log_prob: torch.Tensor,
@@ -226,18 +254,26 @@ def _inputs(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     rollout_log_prob: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor,
-           torch.Tensor | None]:
-    """Sanitised float32 ``(logp, old, adv, rollout or None)``, the mask as given, the mask without
-    non-finite entries, and the bad-entry mask (None when all finite)."""
+    rollout_is_weights: torch.Tensor | None,
+) -> _Inputs:
+    """The inputs upcast to float32 with the non-finite policy applied to every tensor the loss reads."""
     mask = mask.bool()
     rollout = rollout_log_prob if cfg.proxy == "rollout" else None
     if cfg.proxy == "rollout" and rollout is None:
         raise ValueError("SAT proxy='rollout' needs rollout_log_prob, which was not given")
     t, bad = _sanitize(cfg, mask, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
-                       rollout_log_prob=rollout)
-    return (t["log_prob"], t["old_log_prob"], t["advantages"], t.get("rollout_log_prob"), mask,
-            _drop_nonfinite(mask, bad), bad)
+                       rollout_log_prob=rollout, rollout_is_weights=rollout_is_weights)
+    return _Inputs(lp=t["log_prob"], old=t["old_log_prob"], adv=t["advantages"], rollout=t.get("rollout_log_prob"),
+                   weights=t.get("rollout_is_weights"), input_mask=mask, mask=_drop_nonfinite(mask, bad), bad=bad)
+
+
+def empty_microbatch_loss(loss_mat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The loss of a micro-batch with no active token: 0 with a zero gradient and the graph kept.
+
+    (The paper skips such a step.) ``where`` rather than ``loss_mat * 0``: padding may hold any value,
+    including an infinite product of finite inputs, and inf * 0 is NaN.
+    """
+    return torch.where(mask.bool(), loss_mat, 0.0).sum()
 
 
 def sat_token_loss(
@@ -248,22 +284,23 @@ def sat_token_loss(
     cfg: SATConfig,
     rollout_log_prob: torch.Tensor | None = None,
     group: dist.ProcessGroup | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> SATLossOutput:
     """Token-level SAT (SAT-GRPO with GRPO advantages); all tensors (batch, response_len)."""
-    lp, old, adv, rollout, input_mask, mask, bad = _inputs(cfg, log_prob, old_log_prob, advantages, mask,
-                                                           rollout_log_prob)
-    raw = lp - old
+    x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
+    mask = x.mask
+    raw = x.lp - x.old
     log_ratio = torch.clamp(raw, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
-    if rollout is None:
+    if x.rollout is None:
         d = log_ratio.detach()
     else:
-        d = torch.clamp(lp.detach() - rollout, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
+        d = torch.clamp(x.lp.detach() - x.rollout, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     region = adaptive_trust_region(d, mask, cfg, group)
-    lo, hi = _reachable_bounds(cfg, adv, region.lo, region.hi)
-    loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, adv, lo, hi, cfg.dual_clip)
+    lo, hi = _reachable_bounds(cfg, x.adv, region.lo, region.hi)
+    loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, x.adv, lo, hi, cfg.dual_clip)
     return _finish(cfg, loss_mat, ratio, neg_adv, pg1, clipped, dual_clipped, region, d, mask, mask, mask.float(),
-                   raw.detach(), bad, log_ratio.detach(), input_mask)
+                   raw.detach(), x.bad, log_ratio.detach(), x.input_mask, x.weights)
 
 
 def sat_gspo_loss(
@@ -275,13 +312,14 @@ def sat_gspo_loss(
     rollout_log_prob: torch.Tensor | None = None,
     group: dist.ProcessGroup | None = None,
     ratio_form: str = "token",
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> SATLossOutput:
     """SAT-GSPO on GSPO's sequence ratio; ``cfg.dual_clip`` applies as in the token loss (None: GSPO's own)."""
     if ratio_form not in ("token", "sequence"):
         raise ValueError(f"SAT-GSPO ratio_form must be 'token' or 'sequence', got {ratio_form!r}")
-    lp, old, adv, rollout, input_mask, mask, bad = _inputs(cfg, log_prob, old_log_prob, advantages, mask,
-                                                           rollout_log_prob)
-    raw = lp - old
+    x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
+    mask, lp = x.mask, x.lp
+    raw = lp - x.old
     m = mask.float()
     n_seq = torch.count_nonzero(mask, dim=-1)  # = torch.sum(mask, dim=-1), as verl's gspo computes it
     seq_len = n_seq.clamp(min=1)
@@ -291,20 +329,24 @@ def sat_gspo_loss(
         ratio = torch.exp(torch.clamp(log_s, max=GSPO_LOG_RATIO_MAX))
     else:
         ratio = torch.exp(torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX)).unsqueeze(-1) * mask
-    ref_raw = raw.detach() if rollout is None else lp.detach() - rollout
-    if cfg.gspo_gate_level == "sequence":
-        seq_mask = n_seq > 0
-        # with proxy "old", the sequence mean of ref_raw is seq_log_ratio itself (the same operations)
-        seq_ref = seq_log_ratio.detach() if rollout is None else torch.sum(ref_raw * m, dim=-1) / seq_len
-        d = torch.clamp(seq_ref, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        seq_region = adaptive_trust_region(d, seq_mask, cfg, group)
-        lo, hi = seq_region.lo.unsqueeze(-1), seq_region.hi.unsqueeze(-1)
-        region, d_mask = seq_region, seq_mask
-    else:
+    ref_raw = raw.detach() if x.rollout is None else lp.detach() - x.rollout
+    if cfg.gspo_gate_level == "token":
         d = torch.clamp(ref_raw, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         region = adaptive_trust_region(d, mask, cfg, group)
         lo, hi, d_mask = region.lo, region.hi, mask
-    lo, hi = _reachable_bounds(cfg, adv, lo, hi)
-    loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, adv, lo, hi, cfg.dual_clip)
+    else:
+        # with proxy "old", the sequence mean of ref_raw is seq_log_ratio itself (the same operations)
+        seq_ref = seq_log_ratio.detach() if x.rollout is None else torch.sum(ref_raw * m, dim=-1) / seq_len
+        d_seq = torch.clamp(seq_ref, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        if cfg.gspo_gate_level == "broadcast":  # Eq. 20: every active token carries its sequence's score
+            d = d_seq.unsqueeze(-1).expand(raw.shape).contiguous()
+            region = adaptive_trust_region(d, mask, cfg, group)
+            lo, hi, d_mask = region.lo, region.hi, mask
+        else:  # "sequence": one score per sequence, quantile over sequences
+            d, d_mask = d_seq, n_seq > 0
+            region = adaptive_trust_region(d, d_mask, cfg, group)
+            lo, hi = region.lo.unsqueeze(-1), region.hi.unsqueeze(-1)
+    lo, hi = _reachable_bounds(cfg, x.adv, lo, hi)
+    loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, x.adv, lo, hi, cfg.dual_clip)
     return _finish(cfg, loss_mat, ratio, neg_adv, pg1, clipped, dual_clipped, region, d, d_mask, mask, m,
-                   raw.detach(), bad, raw.detach(), input_mask)
+                   raw.detach(), x.bad, raw.detach(), x.input_mask, x.weights)

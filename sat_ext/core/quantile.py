@@ -1,8 +1,13 @@
 """Masked quantiles of non-negative values, on one process or over a process group, for any number of elements.
 
-Definition (torch.quantile's "linear"): with the n selected values sorted, x_(0) <= ... <= x_(n-1),
-``pos = level * (n - 1)``, ``q = lerp(x_(floor pos), x_(floor pos + 1), pos - floor pos)``; an empty
-selection gives q = 0 (SAT then gates nothing).
+Definitions, with the n selected values sorted, x_(1) <= ... <= x_(n); an empty selection gives q = 0 (SAT
+then gates nothing):
+
+* ``rule="inverse_cdf"`` (the paper's, Eq. 14): ``q = inf{x >= 0 : F(x) >= level}`` with F the empirical
+  CDF, i.e. the lower order statistic ``x_(k)``, ``k = ceil(level * n)``. ``level`` is read as the decimal
+  it is written as (0.9 is 9/10, not the binary double just above it), so k is exact: ceil(0.9 * 10) = 9.
+* ``rule="linear"`` (torch.quantile's default, not the paper's): ``pos = level * (n - 1)`` (0-based),
+  ``q = lerp(x_(floor pos), x_(floor pos + 1), pos - floor pos)``.
 
 Both versions find order statistics by radix selection on the float32 bit pattern, which is monotone
 in the value for non-negative floats: the high 16 bits pick a bin, the low 16 bits the value in it.
@@ -15,13 +20,17 @@ Unselected entries are counted in a sentinel bin instead of being copied out (no
   :func:`masked_quantile` on the concatenation of every rank's selected values.
 * ``method="hist"``: one all-reduce of 32,769 counts (the high-16-bit histogram and the number of exact
   zeros); every non-zero value is replaced by the upper edge of its high-16-bit bin and an exact zero stays 0,
-  so ``0 <= q_hist - q_exact <= 2^-7 * q_exact`` (for q_exact == 0 or q_exact >= 1.2e-38): in particular
+  so ``0 <= q_hist - q_exact <= 2^-7 * q_exact`` for either rule (for q_exact == 0 or q_exact >= 1.2e-38): in particular
   q_hist == 0 exactly when q_exact == 0 (SAT then gates nothing, as with the exact threshold).
 
 Non-negativity and finiteness of the selected values are the caller's contract (SAT passes |d|, sanitised).
 """
 
 from __future__ import annotations
+
+import functools
+import math
+from fractions import Fraction
 
 import torch
 import torch.distributed as dist
@@ -31,9 +40,26 @@ _LO_BINS = 1 << 16
 _SENTINEL = _HI_BINS  # the bin unselected entries are counted in (then dropped)
 
 
-def _order_positions(n: int, level: float) -> tuple[int, int, float]:
+RULES = ("inverse_cdf", "linear")
+
+
+@functools.lru_cache(maxsize=64)
+def _decimal(level: float) -> Fraction:
+    """``level`` as the shortest decimal that rounds to it (``repr``): 0.9 -> 9/10."""
+    return Fraction(repr(float(level)))
+
+
+def _order_positions(n: int, level: float, rule: str) -> tuple[int, int, float]:
+    """0-based ranks (kf, kc) of the order statistics the quantile of ``n >= 1`` values interpolates, and
+    the interpolation weight of kc."""
+    if rule == "inverse_cdf":
+        a = _decimal(level)
+        k = max(-((-a.numerator * n) // a.denominator), 1)  # ceil(level * n), exactly, at least 1
+        return k - 1, k - 1, 0.0
+    if rule != "linear":
+        raise ValueError(f"unknown quantile rule {rule!r} (one of {list(RULES)})")
     pos = level * (n - 1)
-    kf = int(pos)
+    kf = int(math.floor(pos))
     return kf, min(kf + 1, n - 1), pos - kf
 
 
@@ -46,20 +72,22 @@ def _hi_bins(v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return torch.where(m, v.view(torch.int32) >> 16, _SENTINEL)
 
 
-def _masked_quantile_select(values: torch.Tensor, mask: torch.Tensor, level: float) -> torch.Tensor:
+def _masked_quantile_select(values: torch.Tensor, mask: torch.Tensor, level: float, rule: str) -> torch.Tensor:
     """Reference form: ``torch.kthvalue`` on the boolean-indexed selection (any finite values)."""
     x = values.detach().float()[mask.bool()]
     n = x.numel()
     if n == 0:
         return torch.zeros((), dtype=torch.float32, device=values.device)
-    kf, kc, frac = _order_positions(n, level)
+    kf, kc, frac = _order_positions(n, level, rule)
     xf = torch.kthvalue(x, kf + 1).values
     xc = xf if kc == kf else torch.kthvalue(x, kc + 1).values
     return _lerp(xf, xc, frac)
 
 
-def masked_quantile(values: torch.Tensor, mask: torch.Tensor, level: float) -> torch.Tensor:
-    """The ``level`` quantile of ``values[mask]`` as a 0-d float32 tensor (0 when nothing is selected).
+def masked_quantile(
+    values: torch.Tensor, mask: torch.Tensor, level: float, rule: str = "inverse_cdf"
+) -> torch.Tensor:
+    """The ``level`` quantile (``rule``) of ``values[mask]`` as a 0-d float32 tensor (0 when nothing is selected).
 
     The same order statistics as ``torch.kthvalue`` on ``values[mask]``, found by radix selection (a selected
     value with the sign bit set, outside the non-negative contract, takes the kthvalue path).
@@ -69,11 +97,11 @@ def masked_quantile(values: torch.Tensor, mask: torch.Tensor, level: float) -> t
     try:
         hist = torch.bincount(hi, minlength=_SENTINEL + 1)
     except RuntimeError:  # a negative bin: a selected value with the sign bit set
-        return _masked_quantile_select(values, mask, level)
+        return _masked_quantile_select(values, mask, level, rule)
     n = hi.numel() - int(hist[_SENTINEL])
     if n == 0:
         return torch.zeros((), dtype=torch.float32, device=values.device)
-    kf, kc, frac = _order_positions(n, level)
+    kf, kc, frac = _order_positions(n, level, rule)
     cum = torch.cumsum(hist[:_SENTINEL], 0)
     (bf, rf), (bc, rc) = _bin_of_rank(cum, kf, cumulative=True), _bin_of_rank(cum, kc, cumulative=True)
     in_bf = torch.masked_select(v, hi == bf)
@@ -106,8 +134,9 @@ def global_masked_quantile(
     level: float,
     group: dist.ProcessGroup | None = None,
     method: str = "exact",
+    rule: str = "inverse_cdf",
 ) -> torch.Tensor:
-    """The ``level`` quantile of the selected values of every rank in ``group`` (same result on all ranks).
+    """The ``level`` quantile (``rule``) of the selected values of every rank in ``group`` (same result on all ranks).
 
     Every rank of the group must call this, also with an empty selection (an all-padding micro-batch).
     """
@@ -126,7 +155,7 @@ def global_masked_quantile(
     n = int(hist.sum())
     if n == 0:
         return torch.zeros((), dtype=torch.float32, device=values.device)
-    kf, kc, frac = _order_positions(n, level)
+    kf, kc, frac = _order_positions(n, level, rule)
     (bf, rf), (bc, rc) = _bin_of_rank(hist, kf), _bin_of_rank(hist, kc)
     if method == "hist":  # the selected values sorted: the n_zero exact zeros come first
         xf = _float_of_bits(0 if kf < n_zero else (bf + 1) << 16, values.device)

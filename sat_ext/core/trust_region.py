@@ -1,12 +1,12 @@
 """The staleness-adaptive trust region: per-token (or per-sequence) clip bounds from the staleness proxy d.
 
-Given the detached proxy d and the active mask (SPEC §1):
+Given the detached proxy d and the active mask (the paper's Eq. 14-17):
 
-    q      = quantile_level(|d| over the active entries of the gate scope)
-    gated  = active & (|d| > q) & (q > 0)
-    c      = max(K(|d|; q), c_min)            for gated entries, 1 otherwise
-    hi     = 1 + eps_high * c  if gated and d > 0, else 1 + eps_high
-    lo     = 1 - eps_low  * c  if gated and d < 0, else 1 - eps_low
+    q      = quantile_level(|d| over the active entries of the gate scope)     Eq. 14
+    gated  = active & (q > 0) & (|d| > q)                                       Eq. 16
+    c      = max(K(|d|; q), c_min)            for gated entries, 1 otherwise    Eq. 15-16
+    hi     = 1 + eps_high * c  if gated and d > 0, else 1 + eps_high            Eq. 17 (c+ = c where d > 0)
+    lo     = 1 - eps_low  * c  if gated and d < 0, else 1 - eps_low             Eq. 17 (c- = c where d < 0)
 
 so [lo, hi] always lies inside [1 - eps_low, 1 + eps_high] and contains 1. Entries with c == 1 keep the
 nominal bounds bit for bit. :func:`adaptive_trust_region` is the public clip strategy: any clipped loss
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from .config import SATConfig
-from .kernels import contraction
+from .kernels import C_FLOOR, contraction
 from .quantile import global_masked_quantile, masked_quantile
 
 
@@ -42,27 +42,33 @@ class TrustRegion:
     c: torch.Tensor
     gated: torch.Tensor
     q: torch.Tensor
+    eps_low: float
+    eps_high: float
 
     def diagnostics(
         self, d: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None,
         count: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Gate rate, threshold, mean effective radii, min contraction and mean |d| over the active entries.
+        """Table 10 over the active entries: realised gate rate, q, mean effective radii E[eps_low c-] and
+        E[eps_high c+], min c; plus the mean |d| of the proxy.
 
         ``weights`` (``mask.float()``) and ``count`` (the number of active entries) may be passed when the
         caller has them already. Counts are exact integers; means are float32 sums over the active entries
-        divided by max(count, 1).
+        divided by max(count, 1). c+ is c where d > 0 and 1 elsewhere (c- likewise where d < 0), so
+        E[eps c+] = eps * (n - sum over d > 0 of (1 - c)) / n.
         """
         mask = mask.bool()
         m = mask.float() if weights is None else weights
         n = torch.count_nonzero(mask) if count is None else count
         denom = n.float().clamp_min(1.0)
         ones = torch.ones((), dtype=self.c.dtype, device=self.c.device)
+        deficit = 1.0 - self.c  # 0 off the gate, and only active entries are gated
+        up, down = torch.gt(d, 0), torch.lt(d, 0)
         return {
             "gate_rate": torch.count_nonzero(self.gated & mask).float() / denom,
             "threshold_q": self.q.detach().float(),
-            "radius_low_mean": _into(torch.mul, 1.0 - self.lo, m).sum() / denom,
-            "radius_high_mean": _into(torch.mul, self.hi - 1.0, m).sum() / denom,
+            "radius_low_mean": self.eps_low * ((n - torch.where(down, deficit, 0.0).sum()) / denom),
+            "radius_high_mean": self.eps_high * ((n - torch.where(up, deficit, 0.0).sum()) / denom),
             "contraction_min": torch.where(mask, self.c, ones).min() if self.c.numel() else ones,
             "abs_log_ratio_mean": _into(torch.mul, d.abs(), m).sum() / denom,
         }
@@ -76,8 +82,9 @@ def gate_threshold(
     Without an initialised process group the global scope is the local one (a world of one process).
     """
     if cfg.gate_scope == "global" and dist.is_available() and dist.is_initialized():
-        return global_masked_quantile(abs_d, mask, cfg.quantile, group=group, method=cfg.global_method)
-    return masked_quantile(abs_d, mask, cfg.quantile)
+        return global_masked_quantile(abs_d, mask, cfg.quantile, group=group, method=cfg.global_method,
+                                      rule=cfg.quantile_rule)
+    return masked_quantile(abs_d, mask, cfg.quantile, rule=cfg.quantile_rule)
 
 
 def adaptive_trust_region(
@@ -95,20 +102,21 @@ def adaptive_trust_region(
         q = gate_threshold(abs_d, mask, cfg, group)
     q = q.to(device=d.device, dtype=torch.float32)
     hi_nom, lo_nom = 1.0 + cfg.eps_high, 1.0 - cfg.eps_low
+    radii = dict(eps_low=cfg.eps_low, eps_high=cfg.eps_high)
     if q.numel() != 1:  # a per-entry threshold given by the caller: the general form
         return _region_general(d, abs_d, mask, q, cfg)
     if not bool(q > 0):  # q == 0: nothing is gated, nominal bounds
         return TrustRegion(lo=torch.full_like(d, lo_nom), hi=torch.full_like(d, hi_nom), c=torch.ones_like(d),
-                           gated=torch.zeros_like(mask), q=q)
+                           gated=torch.zeros_like(mask), q=q, **radii)
     gated = _into(torch.bitwise_and, torch.gt(abs_d, q), mask)
     if cfg.c_min >= 1:  # c = max(K, 1) = 1 everywhere: PPO's bounds
         return TrustRegion(lo=torch.full_like(d, lo_nom), hi=torch.full_like(d, hi_nom), c=torch.ones_like(d),
-                           gated=gated, q=q)
+                           gated=gated, q=q, **radii)
     # Gated entries have |d| > q, so the kernel sees them as the general form's max(|d|, q) would; the
-    # others get c = 1 whatever the kernel gives them. On gated entries K is in [0, 1], so a floor of 0 is
-    # the identity and only c_min > 0 needs the clamp.
+    # others get c = 1 whatever the kernel gives them. On gated entries K is in [C_FLOOR, 1], so only
+    # c_min > C_FLOOR needs the clamp.
     k = contraction(abs_d, q, cfg.kernel, cfg.exponent)
-    if cfg.c_min > 0:
+    if cfg.c_min > C_FLOOR:
         k = k.clamp_min_(cfg.c_min)
     c = torch.where(gated, k, 1.0)
     contracted = c < 1  # c == 1 off the gate
@@ -121,7 +129,7 @@ def adaptive_trust_region(
         hi, lo = hi.clamp_(max=hi_nom), lo.clamp_(min=lo_nom)
     # else: float32 1 + eps * 1 is the nominal bound and c <= 1, so 1 + eps * c lies inside the nominal interval
     # and the clamps are the identity.
-    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q)
+    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q, **radii)
 
 
 def _nominal_is_unit_step(cfg: SATConfig) -> bool:
@@ -149,4 +157,4 @@ def _region_general(
     hi_nom, lo_nom = 1.0 + cfg.eps_high, 1.0 - cfg.eps_low
     hi = torch.where(contracted & (d > 0), 1.0 + cfg.eps_high * c, hi_nom).clamp(max=hi_nom)
     lo = torch.where(contracted & (d < 0), 1.0 - cfg.eps_low * c, lo_nom).clamp(min=lo_nom)
-    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q)
+    return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=q, eps_low=cfg.eps_low, eps_high=cfg.eps_high)

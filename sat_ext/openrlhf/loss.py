@@ -32,7 +32,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from sat_ext.core import METRIC_KEYS, sat_gspo_loss, sat_token_loss
+from sat_ext.core import METRIC_KEYS, empty_microbatch_loss, sat_gspo_loss, sat_token_loss
 
 from .compat import openrlhf_loss
 from .config import SAT_LOSS_TYPES, check_openrlhf_args, sat_config
@@ -147,14 +147,17 @@ class SATPolicyLoss(PolicyLoss):
         else:
             out = sat_gspo_loss(log_probs, rollout_log_probs, advantages, action_mask, self.sat_config, group=group,
                                 ratio_form="sequence")
-        loss = aggregate_loss(
-            out.loss_mat,
-            action_mask,
-            token_level_loss=self.token_level_loss,
-            dp_size=dp_size,
-            batch_num_tokens=batch_num_tokens,
-            global_batch_size=global_batch_size,
-        )
+        if out.metrics["empty_microbatch"]:  # masked_mean would divide 0 by 0 without global totals
+            loss = empty_microbatch_loss(out.loss_mat, action_mask)
+        else:
+            loss = aggregate_loss(
+                out.loss_mat,
+                action_mask,
+                token_level_loss=self.token_level_loss,
+                dp_size=dp_size,
+                batch_num_tokens=batch_num_tokens,
+                global_batch_size=global_batch_size,
+            )
         with torch.no_grad():
             clip_ratio = masked_mean(out.clipped.float(), action_mask, dim=None)
             ppo_kl = masked_mean(-(log_probs - rollout_log_probs), action_mask, dim=None)

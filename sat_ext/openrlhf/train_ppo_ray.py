@@ -50,13 +50,15 @@ class Extension:
 
 
 _SAT_HELP = {
-    "quantile": "gate level: tokens whose |log-ratio| exceeds this quantile of the scope are contracted",
+    "quantile": "gate level alpha: tokens whose |log-ratio| exceeds this quantile of the scope are contracted",
+    "quantile_rule": "inverse_cdf (the paper's: the ceil(alpha n)-th smallest |d|) or linear (interpolated)",
     "gate_scope": "quantile over the micro-batch (the paper's) or over the data-parallel group",
     "global_method": "global scope: exact (two small all-reduces) or hist (one, q within 2^-7 relative)",
-    "kernel": "contraction factor c = K(|d|; q) of gated tokens",
+    "kernel": "contraction factor c = K(|d|; q) of gated tokens (hill: the paper's 1/(1+(|d|/q)^n))",
     "exponent": "exponent n of the kernel",
     "c_min": "floor on c; 1 disables the contraction (SAT == PPO/GSPO)",
-    "gspo_gate_level": "sat_gspo: gate on the sequence log-ratio or on each token's",
+    "gspo_gate_level": "sat_gspo: broadcast (the paper's: the sequence log-ratio on every token, token "
+                       "quantile), sequence (per-sequence quantile) or token (each token's own log-ratio)",
     "nonfinite": "NaN/Inf inputs at active tokens: mask (zero loss, counted) or raise",
 }
 

@@ -36,6 +36,7 @@ class SATPolicyLossConfig(PolicyLossConfig):
 
     loss_mode: str = "sat"
     sat_quantile: float = _DEFAULTS.quantile
+    sat_quantile_rule: str = _DEFAULTS.quantile_rule
     sat_gate_scope: str = _DEFAULTS.gate_scope
     sat_global_method: str = _DEFAULTS.global_method
     sat_kernel: str = _DEFAULTS.kernel

@@ -1,7 +1,8 @@
 """``sat`` and ``sat_gspo`` registered in verl's policy-loss registry with verl's exact keyword signature.
 
-Each call: SATConfig from the actor config -> core loss (per-token) -> optional rollout IS weights ->
-verl's ``agg_loss(..., **config.global_batch_info)`` (every ``loss_agg_mode``). Metrics: the SAT
+Each call: SATConfig from the actor config -> core loss (per-token, times verl's ``rollout_is_weights``
+when given, under SAT's non-finite policy) -> verl's ``agg_loss(..., **config.global_batch_info)`` (every
+``loss_agg_mode``); an all-padding micro-batch gives the core's zero loss with a zero gradient. Metrics: the SAT
 diagnostics under ``actor/sat/...`` plus verl's ``actor/pg_clipfrac``, ``actor/ppo_kl`` and
 ``actor/pg_clipfrac_lower``; the same keys on every rank and micro-batch.
 """
@@ -14,7 +15,7 @@ import torch
 import torch.distributed as dist
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 
-from sat_ext.core import METRIC_KEYS, SATLossOutput, sat_gspo_loss, sat_token_loss
+from sat_ext.core import METRIC_KEYS, SATLossOutput, empty_microbatch_loss, sat_gspo_loss, sat_token_loss
 from sat_ext.verl.config import sat_config_for
 
 LOSS_NAMES = ("sat", "sat_gspo")
@@ -38,19 +39,13 @@ def data_parallel_group() -> dist.ProcessGroup | None:
 
 
 def _aggregate(
-    out: SATLossOutput,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str,
-    config: Any,
-    rollout_is_weights: torch.Tensor | None,
+    out: SATLossOutput, response_mask: torch.Tensor, loss_agg_mode: str, config: Any
 ) -> tuple[torch.Tensor, dict[str, float]]:
     values = torch.stack([out.metrics[k].float() for k in METRIC_KEYS]).tolist()
     metrics = dict(zip(METRIC_NAMES, values))
-    loss_mat = out.loss_mat if rollout_is_weights is None else out.loss_mat * rollout_is_weights
-    if metrics["actor/sat/empty_microbatch"]:
-        # An all-padding micro-batch: agg_loss would divide 0 by 0 without global totals. Zero loss, graph kept.
-        return (loss_mat * 0.0).sum(), metrics
-    return agg_loss(loss_mat=loss_mat, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
+    if metrics["actor/sat/empty_microbatch"]:  # agg_loss would divide 0 by 0 without global totals
+        return empty_microbatch_loss(out.loss_mat, response_mask), metrics
+    return agg_loss(loss_mat=out.loss_mat, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
                     **config.global_batch_info), metrics
 
 
@@ -68,8 +63,9 @@ def _make(name: str, core_loss: Callable[..., SATLossOutput]) -> Callable[..., t
             raise ValueError(f"verl policy loss '{name}' needs the actor config (config=None was passed)")
         cfg = sat_config_for(config, name)
         group = data_parallel_group() if cfg.gate_scope == "global" else None
-        out = core_loss(log_prob, old_log_prob, advantages, response_mask, cfg, group=group)
-        return _aggregate(out, response_mask, loss_agg_mode, config, rollout_is_weights)
+        out = core_loss(log_prob, old_log_prob, advantages, response_mask, cfg, group=group,
+                        rollout_is_weights=rollout_is_weights)
+        return _aggregate(out, response_mask, loss_agg_mode, config)
 
     policy_loss.__name__ = policy_loss.__qualname__ = f"compute_policy_loss_{name}"
     policy_loss.__doc__ = f"verl policy loss '{name}': {core_loss.__doc__}"

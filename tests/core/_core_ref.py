@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import torch
 from hypothesis import strategies as st
 
 from sat_ext.core import METRIC_KEYS, SATConfig
-from sat_ext.core.config import KERNELS
+from sat_ext.core.config import GSPO_GATE_LEVELS, KERNELS, QUANTILE_RULES
 
 CLAMP = 20.0
 GSPO_MAX = 10.0
@@ -37,12 +38,19 @@ def f32(x: float) -> float:
 # --------------------------------------------------------------------------------------------------------
 
 
-def ref_quantile(values: list[float], level: float) -> float:
-    """torch.quantile's "linear" definition, by sorting; 0 for an empty selection."""
+C_FLOOR = 2.0**-126  # the smallest normal float32: the floor of c (sat_ext.core.kernels)
+
+
+def ref_quantile(values: list[float], level: float, rule: str = "inverse_cdf") -> float:
+    """By sorting; 0 for an empty selection. "inverse_cdf": the smallest x with #{v <= x} >= level * n, level
+    read as its decimal; "linear": torch.quantile's interpolation."""
     xs = sorted(values)
     n = len(xs)
     if n == 0:
         return 0.0
+    if rule == "inverse_cdf":
+        a = Fraction(repr(level))
+        return next(x for x in xs if sum(v <= x for v in xs) >= a * n)
     pos = level * (n - 1)
     k = math.floor(pos)
     k2 = min(k + 1, n - 1)
@@ -50,20 +58,22 @@ def ref_quantile(values: list[float], level: float) -> float:
 
 
 def ref_kernel(x: float, q: float, kernel: str, n: float) -> float:
-    """SPEC §1 kernels, x = |d| > q > 0."""
+    """SPEC §1 kernels, x = |d| > q > 0, floored at the smallest normal float32 (c > 0)."""
     u = (x - q) / q
     try:
         if kernel == "hill_shifted":
-            return 1.0 / (1.0 + u**n)
-        if kernel == "hill":
-            return 1.0 / (1.0 + (x / q) ** n)
-        if kernel == "power":
-            return (q / x) ** n
-        if kernel == "exp":
-            return math.exp(-(u**n))
+            c = 1.0 / (1.0 + u**n)
+        elif kernel == "hill":
+            c = 1.0 / (1.0 + (x / q) ** n)
+        elif kernel == "power":
+            c = (q / x) ** n
+        elif kernel == "exp":
+            c = math.exp(-(u**n))
+        else:
+            raise AssertionError(kernel)
     except OverflowError:
-        return 0.0
-    raise AssertionError(kernel)
+        c = 0.0
+    return max(c, C_FLOOR)
 
 
 @dataclass
@@ -160,7 +170,8 @@ def ref_sat_token(lp, old, adv, mask, cfg: SATConfig) -> RefLoss:
     d = proxy_token(lp, old).tolist()
     A, M = adv.float().tolist(), mask.bool().tolist()
     B, T = len(M), (len(M[0]) if M else 0)
-    q = ref_quantile([abs(d[b][t]) for b in range(B) for t in range(T) if M[b][t]], cfg.quantile)
+    q = ref_quantile([abs(d[b][t]) for b in range(B) for t in range(T) if M[b][t]], cfg.quantile,
+                     cfg.quantile_rule)
     bounds = [[ref_bound(d[b][t], M[b][t], q, cfg) for t in range(T)] for b in range(B)]
     loss = [[ref_surrogate(math.exp(d[b][t]), A[b][t], bounds[b][t].lo, bounds[b][t].hi, cfg.dual_clip)
              for t in range(T)] for b in range(B)]
@@ -176,13 +187,18 @@ def ref_sat_gspo(lp, old, adv, mask, cfg: SATConfig, ratio_form: str) -> RefLoss
     if cfg.gspo_gate_level == "sequence":
         ds = proxy_sequence(lp, old, mask).tolist()
         seq_active = [any(row) for row in M]
-        q = ref_quantile([abs(ds[b]) for b in range(B) if seq_active[b]], cfg.quantile)
+        q = ref_quantile([abs(ds[b]) for b in range(B) if seq_active[b]], cfg.quantile, cfg.quantile_rule)
         sb = [ref_bound(ds[b], seq_active[b], q, cfg) for b in range(B)]
         bounds = [[sb[b]] * T for b in range(B)]
         gate_d = [[ds[b]] * T for b in range(B)]
     else:
-        dt = proxy_token(lp, old).tolist()
-        q = ref_quantile([abs(dt[b][t]) for b in range(B) for t in range(T) if M[b][t]], cfg.quantile)
+        if cfg.gspo_gate_level == "broadcast":  # the sequence score on every token, token quantile
+            ds = proxy_sequence(lp, old, mask).tolist()
+            dt = [[ds[b]] * T for b in range(B)]
+        else:
+            dt = proxy_token(lp, old).tolist()
+        q = ref_quantile([abs(dt[b][t]) for b in range(B) for t in range(T) if M[b][t]], cfg.quantile,
+                         cfg.quantile_rule)
         bounds = [[ref_bound(dt[b][t], M[b][t], q, cfg) for t in range(T)] for b in range(B)]
         gate_d = dt
     loss = []
@@ -328,10 +344,11 @@ def configs(draw, c_min=None, dual_clip="any", **fixed):
         eps_high=eps_high,
         dual_clip=dual_clip,
         quantile=draw(st.sampled_from([0.9, 0.5, 0.99, 0.01]) | st.floats(0.01, 0.99)),
+        quantile_rule=draw(st.sampled_from(QUANTILE_RULES)),
         kernel=draw(st.sampled_from(KERNELS)),
         exponent=draw(st.sampled_from([2.0, 1.0, 0.5, 3.0]) | st.floats(0.5, 4)),
         c_min=draw(st.sampled_from([0.0, 0.0, 0.3, 0.9]) | st.floats(0, 1)) if c_min is None else c_min,
-        gspo_gate_level=draw(st.sampled_from(["sequence", "token"])),
+        gspo_gate_level=draw(st.sampled_from(GSPO_GATE_LEVELS)),
     )
     kw.update(fixed)
     return SATConfig(**kw)

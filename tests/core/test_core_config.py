@@ -100,7 +100,8 @@ def test_valid_values_accepted(kw):
 def test_defaults_are_the_papers():
     cfg = SATConfig()
     assert (cfg.eps_low, cfg.eps_high, cfg.quantile, cfg.exponent) == (0.2, 0.2, 0.9, 2.0)
-    assert (cfg.kernel, cfg.gate_scope, cfg.c_min, cfg.proxy) == ("hill_shifted", "micro", 0.0, "old")
+    assert (cfg.kernel, cfg.gate_scope, cfg.c_min, cfg.proxy) == ("hill", "micro", 0.0, "old")
+    assert (cfg.quantile_rule, cfg.gspo_gate_level) == ("inverse_cdf", "broadcast")
 
 
 def test_frozen():

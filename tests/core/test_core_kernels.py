@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from _core_ref import f32, ref_kernel
 from sat_ext.core import SATConfig, adaptive_trust_region, contraction, sat_token_loss
 from sat_ext.core.config import KERNELS
+from sat_ext.core.kernels import C_FLOOR
 
 CONTINUOUS = ("hill_shifted", "power", "exp")
 
@@ -136,9 +137,26 @@ def test_tiny_threshold_extreme_contraction_stays_contained():
     for kernel in KERNELS:
         r = adaptive_trust_region(torch.tensor([20.0, -20.0]), torch.ones(2, dtype=torch.bool),
                                   SATConfig(kernel=kernel), q=torch.tensor(1e-30))
-        assert bool(torch.isfinite(r.c).all()) and bool((r.c >= 0).all()) and bool((r.c < 1e-6).all())
+        # c stays in (0, 1] (Eq. 16): floored at the smallest normal float32 where the kernel underflows
+        assert bool(torch.isfinite(r.c).all()) and bool((r.c > 0).all()) and bool((r.c < 1e-6).all())
         assert 1.0 <= float(r.hi[0]) < 1 + 1e-6 and float(r.lo[0]) == f32(0.8)
         assert 1 - 1e-6 < float(r.lo[1]) <= 1.0 and float(r.hi[1]) == f32(1.2)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_contraction_never_underflows_to_zero(kernel):
+    """The exp form underflows in float32 once ((|d| - q) / q)^2 > ~87 (q = 0.011, |d| = 0.13 gives 117):
+    c is then C_FLOOR = 2^-126, not 0, and ``contraction_min`` reports it (before the fix: exactly 0)."""
+    x = torch.tensor([0.13, 1.0, 20.0])
+    c = contraction(x, torch.tensor(0.011), kernel, 2.0)
+    assert bool((c > 0).all()) and bool((c <= 1).all())
+    if kernel == "exp":
+        assert float(c[0]) == C_FLOOR
+    lp = torch.tensor([[0.13] + [0.01] * 9], requires_grad=True)
+    out = sat_token_loss(lp, torch.zeros(1, 10), torch.ones(1, 10), torch.ones(1, 10, dtype=torch.bool),
+                         SATConfig(kernel=kernel))
+    assert float(out.metrics["threshold_q"]) == f32(0.01)
+    assert 0 < float(out.metrics["contraction_min"]) < 1
 
 
 def test_per_entry_threshold_general_form():
@@ -147,10 +165,10 @@ def test_per_entry_threshold_general_form():
     q = torch.tensor([0.1, 0.1, 0.5, 0.01, 0.0])
     r = adaptive_trust_region(d, torch.tensor([True, True, True, True, True]), SATConfig(), q=q)
     assert r.gated.tolist() == [True, True, False, True, False]
-    assert float(r.hi[0]) == pytest.approx(1 + 0.2 / 5, abs=1e-6)
-    assert float(r.lo[1]) == pytest.approx(1 - 0.2 / 5, abs=1e-6)
-    u = (0.05 - 0.01) / 0.01
-    assert float(r.hi[3]) == pytest.approx(1 + 0.2 / (1 + u * u), abs=1e-6)
+    # the paper's kernel 1 / (1 + (|d| / q)^2): 1/10 at |d| = 3q, 1/26 at |d| = 5q
+    assert float(r.hi[0]) == pytest.approx(1 + 0.2 / 10, abs=1e-6)
+    assert float(r.lo[1]) == pytest.approx(1 - 0.2 / 10, abs=1e-6)
+    assert float(r.hi[3]) == pytest.approx(1 + 0.2 / 26, abs=1e-6)
     assert float(r.hi[2]) == f32(1.2) and float(r.hi[4]) == f32(1.2)
 
 

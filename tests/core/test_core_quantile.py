@@ -1,6 +1,13 @@
-"""Threshold q and gate set on hand-worked examples; masked_quantile against torch.quantile and a sort."""
+"""Threshold q and gate set on hand-worked examples; masked_quantile against a sort, torch.quantile and numpy.
+
+The default rule is the paper's (Eq. 14): q = the ceil(alpha * n)-th smallest |d|. The "linear" rule (not
+the paper's) interpolates as torch.quantile does.
+"""
 
 from __future__ import annotations
+
+import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -11,6 +18,8 @@ from hypothesis import strategies as st
 from _core_ref import f32, ref_quantile
 from sat_ext.core import SATConfig, adaptive_trust_region, gate_threshold, masked_quantile, sat_token_loss
 
+LINEAR = SATConfig(quantile_rule="linear")
+
 TENTHS = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
 
 
@@ -19,44 +28,62 @@ def _gated_set(region) -> set[int]:
 
 
 def test_hand_worked_tenths_level_090():
-    """|d| = 0.1 .. 1.0: pos = 0.9 * 9 = 8.1, q = 0.9 + 0.1 * (1.0 - 0.9) = 0.91: only |d| = 1.0 is gated."""
+    """|d| = 0.1 .. 1.0: ceil(0.9 * 10) = 9, q = the 9th smallest = 0.9 (linear: pos 8.1, q = 0.91): only
+    |d| = 1.0 is gated either way."""
     d = TENTHS * torch.tensor([1, -1] * 5)  # signs do not matter for the gate
     mask = torch.ones(10, dtype=torch.bool)
     region = adaptive_trust_region(d, mask, SATConfig())
-    assert float(region.q) == pytest.approx(0.91, abs=1e-6)
+    assert float(region.q) == f32(0.9)
     assert _gated_set(region) == {9}
-    # d[9] = -1.0: only the lower endpoint moves
-    assert float(region.hi[9]) == f32(1.2) and float(region.lo[9]) > f32(0.8)
+    # d[9] = -1.0: only the lower endpoint moves, to 1 - 0.2 / (1 + (1.0 / 0.9)^2) (Eq. 15)
+    assert float(region.hi[9]) == f32(1.2)
+    assert float(region.lo[9]) == pytest.approx(1 - 0.2 / (1 + (1 / 0.9) ** 2), abs=1e-6)
+    linear = adaptive_trust_region(d, mask, LINEAR)
+    assert float(linear.q) == pytest.approx(0.91, abs=1e-6) and _gated_set(linear) == {9}
 
 
 def test_hand_worked_tenths_with_mask():
-    """Masking out 1.0 and 0.5: 0.1 .. 0.9 less 0.5 (8 values), pos = 0.9 * 7 = 6.3, q = 0.8 + 0.3 * 0.1 = 0.83:
-    only 0.9 is gated; the masked 1.0 is neither counted nor gated."""
+    """Masking out 1.0 and 0.5 leaves 8 values 0.1 .. 0.9 less 0.5: ceil(0.9 * 8) = 8, q = the largest, 0.9:
+    nothing is gated (Eq. 14's gate selects *at most* the top decile). Linear: pos 6.3, q = 0.83, 0.9
+    gated. The masked 1.0 is neither counted nor gated."""
     mask = torch.ones(10, dtype=torch.bool)
     mask[9] = False
     mask[4] = False
     region = adaptive_trust_region(TENTHS, mask, SATConfig())
-    assert float(region.q) == pytest.approx(0.83, abs=1e-6)
-    assert _gated_set(region) == {8}
-    assert float(region.hi[9]) == f32(1.2) and float(region.c[9]) == 1.0
+    assert float(region.q) == f32(0.9) and _gated_set(region) == set()
+    linear = adaptive_trust_region(TENTHS, mask, LINEAR)
+    assert float(linear.q) == pytest.approx(0.83, abs=1e-6) and _gated_set(linear) == {8}
+    assert float(linear.hi[9]) == f32(1.2) and float(linear.c[9]) == 1.0
 
 
 def test_hand_worked_twenty_values():
-    """|d| = 0.05 .. 1.0 (20 values): pos = 17.1, q = 0.9 + 0.1 * 0.05 = 0.905: {0.95, 1.0} gated."""
+    """|d| = 0.05 .. 1.0 (20 values): ceil(18) = 18, q = 0.9 (linear: pos 17.1, q = 0.905): {0.95, 1.0} gated."""
     d = torch.arange(1, 21, dtype=torch.float32) * 0.05
-    region = adaptive_trust_region(d.view(4, 5), torch.ones(4, 5, dtype=torch.bool), SATConfig())
-    assert float(region.q) == pytest.approx(0.905, abs=1e-6)
-    assert _gated_set(region) == {18, 19}
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    region = adaptive_trust_region(d.view(4, 5), mask, SATConfig())
+    assert float(region.q) == float(d[17]) and _gated_set(region) == {18, 19}
+    linear = adaptive_trust_region(d.view(4, 5), mask, LINEAR)
+    assert float(linear.q) == pytest.approx(0.905, abs=1e-6) and _gated_set(linear) == {18, 19}
 
 
 def test_hand_worked_other_levels():
     mask = torch.ones(10, dtype=torch.bool)
-    # level 0.5: pos = 4.5 -> q = 0.55: 0.6 .. 1.0 gated
+    # level 0.5: ceil(5) = 5, q = 0.5 (linear: pos 4.5, q = 0.55): 0.6 .. 1.0 gated
     r = adaptive_trust_region(TENTHS, mask, SATConfig(quantile=0.5))
+    assert float(r.q) == f32(0.5) and _gated_set(r) == {5, 6, 7, 8, 9}
+    r = adaptive_trust_region(TENTHS, mask, SATConfig(quantile=0.5, quantile_rule="linear"))
     assert float(r.q) == pytest.approx(0.55, abs=1e-6) and _gated_set(r) == {5, 6, 7, 8, 9}
-    # level 1/9: pos = 1.0 exactly -> q = 0.2 (no interpolation), 0.3 .. 1.0 gated, 0.2 (== q) not
-    r = adaptive_trust_region(TENTHS, mask, SATConfig(quantile=1 / 9))
+    # level 0.85: ceil(8.5) = 9, q = 0.9: only 1.0 gated
+    r = adaptive_trust_region(TENTHS, mask, SATConfig(quantile=0.85))
+    assert float(r.q) == f32(0.9) and _gated_set(r) == {9}
+    # level 0.3 (0.3 * 10 is 3.0000000000000004 in binary, 3 as the decimal it is written as): q = 0.3
+    r = adaptive_trust_region(TENTHS, mask, SATConfig(quantile=0.3))
+    assert float(r.q) == f32(0.3) and _gated_set(r) == set(range(3, 10))
+    # level 1/9 (linear: pos = 1.0 exactly, no interpolation): q = 0.2, 0.3 .. 1.0 gated, 0.2 (== q) not
+    r = adaptive_trust_region(TENTHS, mask, SATConfig(quantile=1 / 9, quantile_rule="linear"))
     assert float(r.q) == f32(0.2) and _gated_set(r) == set(range(2, 10))
+    # level 0.01 on 10 values: ceil(0.1) = 1, the smallest
+    assert float(masked_quantile(TENTHS, mask, 0.01)) == f32(0.1)
 
 
 def test_ties_at_the_threshold_are_not_gated():
@@ -104,7 +131,7 @@ def test_gate_threshold_and_loss_metrics_agree_with_hand_example():
     lp = (TENTHS * torch.tensor([1, -1] * 5)).view(1, 10)
     old = torch.zeros(1, 10)
     out = sat_token_loss(lp, old, torch.ones(1, 10), torch.ones(1, 10, dtype=torch.bool), SATConfig())
-    assert float(out.metrics["threshold_q"]) == pytest.approx(0.91, abs=1e-6)
+    assert float(out.metrics["threshold_q"]) == f32(0.9)
     assert float(out.metrics["gate_rate"]) == pytest.approx(0.1)
     assert _gated_set(out.region) == {9}
     q = gate_threshold(lp.abs(), torch.ones(1, 10, dtype=torch.bool), SATConfig())
@@ -116,7 +143,9 @@ _vals = st.floats(0, 1e4, width=32, allow_subnormal=False)
 
 @settings(max_examples=100, deadline=None)
 @given(data=st.data(), n=st.integers(1, 40), level=st.floats(0.001, 0.999))
-def test_masked_quantile_matches_torch_quantile(data, n, level):
+def test_masked_quantile_inverse_cdf_matches_the_definition(data, n, level):
+    """The smallest selected x with #{v <= x} >= level * n, bit for bit; numpy's "inverted_cdf" agrees
+    where level * n is not within rounding of an integer (numpy multiplies in binary)."""
     values = torch.tensor(data.draw(st.lists(_vals, min_size=n, max_size=n)), dtype=torch.float32)
     mask = torch.tensor(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
     if data.draw(st.booleans()):  # duplicates / ties
@@ -127,29 +156,52 @@ def test_masked_quantile_matches_torch_quantile(data, n, level):
     if sel.numel() == 0:
         assert float(q) == 0.0
         return
+    assert float(q) == ref_quantile(sel.tolist(), level)
+    prod = level * sel.numel()
+    if abs(prod - round(prod)) > 1e-9:
+        assert float(q) == float(np.quantile(sel.numpy(), level, method="inverted_cdf"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), n=st.integers(1, 40), level=st.floats(0.001, 0.999))
+def test_masked_quantile_linear_matches_torch_quantile(data, n, level):
+    values = torch.tensor(data.draw(st.lists(_vals, min_size=n, max_size=n)), dtype=torch.float32)
+    mask = torch.tensor(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    if data.draw(st.booleans()):  # duplicates / ties
+        values = values[torch.randint(0, n, (n,), generator=torch.Generator().manual_seed(n))]
+    q = masked_quantile(values, mask, level, rule="linear")
+    assert q.dtype == torch.float32 and q.dim() == 0
+    sel = values[mask]
+    if sel.numel() == 0:
+        assert float(q) == 0.0
+        return
     expect = torch.quantile(sel.double(), level, interpolation="linear")
     span = float(sel.max() - sel.min())
     assert abs(float(q) - float(expect)) <= 1e-6 * span + 2 * float(torch.finfo(torch.float32).eps) * float(expect)
-    assert float(q) == pytest.approx(ref_quantile(sel.tolist(), level), rel=1e-6, abs=1e-30)
+    assert float(q) == pytest.approx(ref_quantile(sel.tolist(), level, "linear"), rel=1e-6, abs=1e-30)
     # the same order statistics as torch.kthvalue (bit for bit): exact at the nodes level = k / (n - 1)
     m = sel.numel()
     if m > 1:
         k = int(level * (m - 1))
         node = k / (m - 1)
-        assert torch.equal(masked_quantile(values, mask, node), torch.kthvalue(sel, k + 1).values)
+        assert torch.equal(masked_quantile(values, mask, node, rule="linear"), torch.kthvalue(sel, k + 1).values)
 
 
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 4000), level=st.floats(0.001, 0.999), seed=st.integers(0, 2**31 - 1),
-       scale=st.sampled_from([1e-30, 1e-3, 1.0, 20.0]))
-def test_masked_quantile_random_vs_sort(n, level, seed, scale):
+       scale=st.sampled_from([1e-30, 1e-3, 1.0, 20.0]), rule=st.sampled_from(["inverse_cdf", "linear"]))
+def test_masked_quantile_random_vs_sort(n, level, seed, scale, rule):
     g = torch.Generator().manual_seed(seed)
     values = torch.rand(n, generator=g) * scale
     mask = torch.rand(n, generator=g) < 0.7
     sel = torch.sort(values[mask]).values
-    q = masked_quantile(values, mask, level)
+    q = masked_quantile(values, mask, level, rule=rule)
     if sel.numel() == 0:
         assert float(q) == 0.0
+        return
+    if rule == "inverse_cdf":
+        k = max(math.ceil(Fraction(repr(level)) * sel.numel()), 1)
+        assert torch.equal(q, sel[k - 1])
         return
     pos = level * (sel.numel() - 1)
     k = int(pos)
@@ -167,8 +219,10 @@ def test_masked_quantile_above_torch_quantile_limit():
     values = torch.div(perm, 2, rounding_mode="floor").float()  # exact in float32 (< 2^24)
     mask = perm < n_sel
     del perm
-    # level 0.9: pos = 0.9 * 17,000,000 = 15,300,000 (integral): q = sorted[15,300,000] = 7,650,000
+    # level 0.9: ceil(0.9 * 17,000,001) = 15,300,001: q = sorted[15,300,000] (0-based) = 7,650,000; linear:
+    # pos = 0.9 * 17,000,000 = 15,300,000 (integral), the same element
     assert float(masked_quantile(values, mask, 0.9)) == 7_650_000.0
+    assert float(masked_quantile(values, mask, 0.9, rule="linear")) == 7_650_000.0
     # an interpolating level against numpy's selection on the same data
     level = 0.123456
     sel = values.numpy()[mask.numpy()]
@@ -177,4 +231,6 @@ def test_masked_quantile_above_torch_quantile_limit():
     k = int(pos)
     part = np.partition(sel, [k, k + 1])
     expect = torch.lerp(torch.tensor(part[k]), torch.tensor(part[k + 1]), pos - k)
-    assert torch.equal(masked_quantile(values, mask, level), expect)
+    assert torch.equal(masked_quantile(values, mask, level, rule="linear"), expect)
+    k = math.ceil(Fraction(repr(level)) * n_sel)  # inverse CDF: 2,098,752.12... -> the 2,098,753rd smallest
+    assert float(masked_quantile(values, mask, level)) == float(np.partition(sel, k - 1)[k - 1])

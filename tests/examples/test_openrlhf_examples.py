@@ -94,7 +94,7 @@ def test_example_flags_pass_openrlhfs_parser_and_sats_checks(parsed, variant, la
     a = _args(parsed, f"{variant}_lag{lag}")
     loss = {"sat": "sat", "sat_gspo": "sat_gspo", "gspo": "gspo", "grpo": "ppo"}[variant]
     assert a["actor"]["policy_loss_type"] == loss
-    assert a["actor"]["eps_clip_low_high"] == ([3e-4, 4e-4] if "gspo" in variant else [0.2, 0.2])
+    assert a["actor"]["eps_clip_low_high"] == [0.2, 0.2]  # the paper's radii for every method (Table 9)
     assert a["actor"]["loss_agg_mode"] == ("seq-mean-token-mean" if "gspo" in variant else "token-mean")
     assert a["actor"]["dual_clip"] == (None if "gspo" in variant else 3.0)
     # rollout log-probs reach the loss (SAT's reference), vLLM engines exist, GRPO advantages, no KL / ref
@@ -122,10 +122,10 @@ def test_example_flags_pass_openrlhfs_parser_and_sats_checks(parsed, variant, la
     assert a["reward"]["remote_url"] == [str(EXAMPLE / "math_reward.py")]
     assert (a["data"]["input_key"], a["data"]["label_key"], a["data"]["apply_chat_template"]) == ("prompt", "label", True)
     if variant.startswith("sat"):
-        expected = {"quantile": 0.9, "gate_scope": "micro", "kernel": "hill_shifted", "exponent": 2.0,
-                    "c_min": 0.0, "nonfinite": "mask"}
+        expected = {"quantile": 0.9, "quantile_rule": "inverse_cdf", "gate_scope": "micro", "kernel": "hill",
+                    "exponent": 2.0, "c_min": 0.0, "nonfinite": "mask"}
         if variant == "sat_gspo":
-            expected["gspo_gate_level"] = "sequence"
+            expected["gspo_gate_level"] = "broadcast"
         assert a["sat"] == expected
     else:
         assert "sat" not in a

@@ -300,8 +300,10 @@ def test_sat_variants_get_sats_intended_config(name, composed):
         assert (expected.eps_low, expected.eps_high, expected.dual_clip) == (0.2, 0.2, 3.0)
         assert actor.loss_agg_mode == "token-mean"
     else:
-        assert (expected.eps_low, expected.eps_high) == (3e-4, 4e-4)
+        assert (expected.eps_low, expected.eps_high) == (0.2, 0.2)  # the paper's, GSPO included (Table 9)
         assert actor.loss_agg_mode == "seq-mean-token-mean"
+    # the knobs spelled out are SAT's defaults, which are the paper's
+    assert expected == SATConfig(eps_low=0.2, eps_high=0.2, dual_clip=expected.dual_clip)
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -430,7 +432,7 @@ def test_main_ppo_cli_composes_the_variant():
     assert rc == 0, err[-3000:]
     cfg = OmegaConf.create(out)
     pl = cfg.actor_rollout_ref.actor.policy_loss
-    assert pl._target_ == SAT_TARGET and pl.loss_mode == "sat_gspo" and pl.sat_gspo_gate_level == "sequence"
+    assert pl._target_ == SAT_TARGET and pl.loss_mode == "sat_gspo" and pl.sat_gspo_gate_level == "broadcast"
     assert cfg.data.train_files == "/data/sat_aime_test/train.parquet"
     assert cfg.actor_rollout_ref.actor.megatron.router_replay.mode == "R3"
     assert cfg.trainer.v1.sampler.custom_sampler.name == "LagBoundedReplayBuffer"

@@ -124,6 +124,23 @@ def test_metric_keys_are_constant_even_for_an_empty_micro_batch(loss_type):
     assert sat.extra_metrics["sat_empty_microbatch"] == 1
 
 
+@pytest.mark.parametrize("token_level", [True, False])
+@pytest.mark.parametrize("loss_type", ["sat", "sat_gspo"])
+def test_empty_micro_batch_is_zero_loss_and_zero_gradient_whatever_the_padding(loss_type, token_level):
+    """OpenRLHF's masked_mean of an all-padding micro-batch multiplies padding by 0: garbage there (here
+    advantages whose product with the ratio overflows) must not make the loss NaN."""
+    lp, old, rollout, _, mask = _batch(6, wild=False)
+    adv = torch.full_like(lp, 3e38)
+    rollout = lp - 25.0
+    sat = SATPolicyLoss(policy_loss_type=loss_type, is_correction_level="token", token_level_loss=token_level)
+    leaf = lp.clone().requires_grad_(True)
+    loss, *_ = sat(leaf, old, adv, action_mask=torch.zeros_like(mask), rollout_log_probs=rollout)
+    assert float(loss.detach()) == 0.0
+    loss.backward()
+    assert torch.equal(leaf.grad, torch.zeros_like(leaf))
+    assert sat.extra_metrics["sat_empty_microbatch"] == 1
+
+
 def test_missing_rollout_log_probs_is_a_clear_error():
     lp, old, _, adv, mask = _batch(6)
     with pytest.raises(ValueError, match="is_correction_level"):

@@ -49,7 +49,8 @@ def test_sat_and_sat_gspo_are_accepted_with_their_flags(cli):
 def test_the_docs_example_command_passes_openrlhfs_and_sats_checks(cli):
     args = _trained(cli, "docs_example")
     assert args["actor"]["policy_loss_type"] == "sat_gspo" and args["train"]["async_enable"]
-    assert args["sat"] == {"quantile": 0.9, "kernel": "hill_shifted", "gate_scope": "micro"}
+    assert args["sat"] == {"quantile": 0.9, "kernel": "hill", "gate_scope": "micro"}
+    assert args["actor"]["eps_clip_low_high"] == [0.2, 0.2]
 
 
 def test_every_other_flag_reaches_openrlhf_untouched(cli):
@@ -84,7 +85,7 @@ def test_runs_without_rollout_log_probs_are_refused(cli):
 
 def test_help_lists_the_sat_flags(cli):
     assert (cli["help"]["outcome"], cli["help"]["code"]) == ("exit", 0)
-    assert "--sat.quantile" in cli["help"]["stdout"] and "{hill_shifted,hill,power,exp}" in cli["help"]["stdout"]
+    assert "--sat.quantile" in cli["help"]["stdout"] and "{hill,hill_shifted,power,exp}" in cli["help"]["stdout"]
 
 
 def test_openrlhfs_train_would_start_the_sat_actor_class(cli):

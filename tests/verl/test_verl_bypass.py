@@ -71,14 +71,16 @@ def test_bypass_mode_feeds_rollout_log_probs_to_sat(loss_mode):
     assert (d[mask].abs() > 0).all()  # the current policy differs from the rollout policy
     ppo_kl = (-d * mask).sum() / mask.sum()
     assert m["actor/ppo_kl"] == pytest.approx(ppo_kl.item(), rel=1e-6)
+    # d_pi (Eq. 52): mean |logp - rollout_logp| over the active tokens, for both losses
+    d_pi = (d.abs() * mask).sum() / mask.sum()
+    assert m["actor/sat/d_pi"] == pytest.approx(d_pi.item(), rel=1e-6)
     if loss_mode == "sat":
         # d is exactly sg(logp - rollout_logp): its mean |.| over the active tokens.
-        expect = (d.abs() * mask).sum() / mask.sum()
-        assert m["actor/sat/abs_log_ratio_mean"] == pytest.approx(expect.item(), rel=1e-6)
+        assert m["actor/sat/abs_log_ratio_mean"] == pytest.approx(d_pi.item(), rel=1e-6)
     else:
+        # Eq. 20: the sequence log-ratio on every active token of its response (long responses weigh more)
         seq = (d * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        has = mask.any(-1)
-        expect = seq[has].abs().mean()
+        expect = (seq.abs()[:, None] * mask).sum() / mask.sum()
         assert m["actor/sat/abs_log_ratio_mean"] == pytest.approx(expect.item(), rel=1e-6)
 
 

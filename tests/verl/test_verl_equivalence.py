@@ -202,7 +202,7 @@ def band_inputs(bs: int = 4, t: int = 5):
 @pytest.mark.parametrize("agg", LOSS_AGG_MODES)
 def test_default_sat_differs_from_vanilla_on_the_new_band_only(agg):
     old, lp, adv, mask, band = band_inputs()
-    cfg = make_config("sat", 0.2, 0.2, c_min=0.0, agg=agg)  # SAT's defaults otherwise (q=0.9, hill_shifted)
+    cfg = make_config("sat", 0.2, 0.2, c_min=0.0, agg=agg)  # SAT's defaults otherwise (the paper's)
     cfg.global_batch_info.clear()
     v_loss, v_grad, _ = _run("vanilla", cfg, old, lp, adv, mask, agg, None)
     s_loss, s_grad, s_m = _run("sat", cfg, old, lp, adv, mask, agg, None)
