@@ -45,7 +45,7 @@ import _common as C  # noqa: E402
 
 DEFAULT_SIZES = "64K,256K,1M,4M,16M,64M"
 QUICK_SIZES = "64K,1M"
-GSPO_RADII = (3e-4, 4e-4)  # GSPO's own clip radii, for gspo and sat_gspo alike
+GSPO_RADII = (0.2, 0.2)  # the SAT paper's radii for GSPO and SAT-GSPO (Table 9)
 
 
 @dataclass(frozen=True)
