@@ -4,4 +4,4 @@ The math lives in :mod:`sat_ext.core` (torch only). Framework adapters live in :
 :mod:`sat_ext.openrlhf`; the lag controller in :mod:`sat_ext.lag`.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
