@@ -1,9 +1,10 @@
-"""SAT (token level) and SAT-GSPO (sequence ratio) per-token losses, before the framework's aggregation.
+"""SAT (token level) and SAT-GSPO (sequence ratio) per-token losses, before the framework's aggregation: the
+fast path. :mod:`sat_ext.core.reference` is the same math in plain torch, the oracle these are tested against.
 
 Token SAT, per active token t (the paper's Eq. 13-19; the clamp and the dual clip are verl's ``vanilla``):
 
     l_t    = clamp(logp_t - logp_old_t, -20, 20),   r_t = exp(l_t),   d_t = sg(l_t)        Eq. 13
-    [lo_t, hi_t] = adaptive_trust_region(d)                                                Eq. 14-17
+    [lo_t, hi_t] = the adaptive interval of d                                              Eq. 14-17
     loss_t = max(-A_t r_t, -A_t clip(r_t, lo_t, hi_t))                                     Eq. 18-19
     and, for A_t < 0 with dual clip C, loss_t = min(loss_t, -A_t C); then loss_t * w_t with the framework's
     optional per-token weights w (verl's ``rollout_is_weights``).
@@ -11,233 +12,59 @@ Token SAT, per active token t (the paper's Eq. 13-19; the clamp and the dual cli
 SAT-GSPO (Eq. 20): the sequence log-ratio m_i = mean_t (logp_it - logp_old_it) gives s_i = exp(m_i), used
 token-wise as ``exp(logp - sg(logp) + sg(m_i))`` (verl's form, ``ratio_form="token"``) or as ``exp(m_i)``
 with its full gradient (OpenRLHF's form, ``ratio_form="sequence"``); the log is clamped at 10 as verl's gspo
-does. The score is d_it = sg(m_i) on every active token of sequence i, with the token quantile
-(``gspo_gate_level="broadcast"``, the paper's); the options are one score per sequence with a per-sequence
-quantile ("sequence") and each token's own log-ratio ("token").
+does. The score is d_it = sg(m_i) on every active token of response i, with the token quantile
+(``gspo_gate_level="broadcast"``, the paper's); the options are one score per response with a quantile over
+responses ("sequence") and each token's own log-ratio ("token").
 
 Both return a :class:`SATLossOutput` whose ``loss_mat`` the framework aggregates (verl ``agg_loss``,
 OpenRLHF ``aggregate_loss``; an empty micro-batch takes :func:`empty_microbatch_loss` instead) and whose
-``metrics`` have the same keys whatever the input.
+``metrics`` have the same keys whatever the input. Only ``log_prob`` gets a gradient.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.distributed as dist
 
 from .config import SATConfig
-from .trust_region import TrustRegion, adaptive_trust_region
+from .diagnostics import METRIC_KEYS, Measured, metrics
+from .quantile import weighted_quantile
+from .surrogate import SurrogateInput, clipped_surrogate
+from .trust_region import SparseRegion, TrustRegion, gate_threshold, gated_bounds, sparse_trust_region
 
 LOG_RATIO_CLAMP = 20.0
 GSPO_LOG_RATIO_MAX = 10.0
 
-METRIC_KEYS = (
-    "active",
-    "gate_rate",
-    "threshold_q",
-    "radius_low_mean",
-    "radius_high_mean",
-    "contraction_min",
-    "abs_log_ratio_mean",
-    "d_pi",
-    "newly_clipped_frac",
-    "nonfinite_frac",
-    "log_ratio_clamped_frac",
-    "empty_microbatch",
-    "pg_clipfrac",
-    "pg_clipfrac_lower",
-    "ppo_kl",
-)
+__all__ = ["METRIC_KEYS", "SATLossOutput", "empty_microbatch_loss", "sat_gspo_loss", "sat_token_loss"]
 
 
 @dataclass
 class SATLossOutput:
-    """Per-token loss (to aggregate), the ratio used, the clip-active mask and the step's diagnostics."""
+    """Per-token loss (to aggregate), the ratio's values, SAT's clip mask, the gate and the diagnostics."""
 
     loss_mat: torch.Tensor
-    ratio: torch.Tensor
+    ratio: torch.Tensor  # detached
     clipped: torch.Tensor
-    region: TrustRegion
+    gate: SparseRegion  # the gated entries of the gate scope (tokens; responses for the "sequence" option)
     metrics: dict[str, torch.Tensor]
 
-
-def _all_finite(tensors) -> bool:
-    """True when every element is finite, from one sum per tensor: a NaN or Inf makes the sum non-finite.
-
-    A sum that overflows only sends the caller to the exact element-wise check, which then decides.
-    """
-    total = None
-    for v in tensors:
-        s = v.sum()
-        total = s if total is None else total + s
-    return total is None or bool(torch.isfinite(total))
+    @cached_property
+    def region(self) -> TrustRegion:
+        """The gate scope's bounds as dense tensors (built on demand)."""
+        return self.gate.dense()
 
 
-def _newly_clipped(clipped: torch.Tensor, ppo_clipped: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``clipped & ~ppo_clipped & mask``, in ``ppo_clipped``'s storage (a temporary) when the shapes allow it."""
-    if clipped.shape == ppo_clipped.shape == mask.shape:
-        return ppo_clipped.logical_not_().bitwise_and_(clipped).bitwise_and_(mask)
-    return clipped & ~ppo_clipped & mask
-
-
-def _sanitize(
-    cfg: SATConfig, mask: torch.Tensor, **tensors: torch.Tensor | None
-) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-    """Upcast to float32; replace non-finite entries by 0 (policy "mask") or raise (policy "raise").
-
-    Returns the cleaned tensors and the bad-entry mask (None when every entry is finite: the fast path).
-    """
-    out = {k: v.float() for k, v in tensors.items() if v is not None}
-    if _all_finite(out.values()):
-        return out, None
-    finite = None
-    for v in out.values():
-        f = torch.isfinite(v)
-        finite = f if finite is None else finite & f
-    if finite is None or bool(finite.all()):
-        return out, None
-    bad = ~finite
-    if cfg.nonfinite == "raise":
-        for name, v in out.items():
-            n = int((~torch.isfinite(v) & mask).sum())
-            if n:
-                raise ValueError(f"SAT input '{name}' has {n} non-finite (NaN/Inf) values at active tokens "
-                                 f"(sat nonfinite='raise'; 'mask' zeroes and counts them in nonfinite_frac)")
-        # Non-finite values only at padding: drop them silently, they never reach the loss.
-    out = {k: torch.where(bad, torch.zeros_like(v), v) for k, v in out.items()}
-    return out, bad
-
-
-def _reachable_bounds(
-    cfg: SATConfig, adv: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The nominal endpoint where the advantage's sign cannot reach the contracted one (pull-back tokens).
-
-    For A > 0 the clipped surrogate depends on ``hi`` only, for A < 0 on ``lo`` only, so this changes no
-    value. It keeps PPO's exact gradient on pull-back tokens (A > 0 with lo contracted, A < 0 with hi
-    contracted): with r a float32 step beyond a contracted endpoint, ``-A * r`` and ``-A * lo`` can round to
-    the same value, and ``torch.maximum`` then splits the gradient in half where PPO gives it whole.
-    """
-    lo = torch.where(adv > 0, 1.0 - cfg.eps_low, lo)
-    hi = torch.where(adv < 0, 1.0 + cfg.eps_high, hi)
-    return lo, hi
-
-
-def _drop_nonfinite(mask: torch.Tensor, bad: torch.Tensor | None) -> torch.Tensor:
-    """The active mask less the non-finite entries: a masked token is padding for the rest of the batch.
-
-    Left active, its zeroed inputs would enter the gate quantile as a fake d = 0 and, in SAT-GSPO, the
-    sequence mean log-ratio (and length) of its sequence, changing the other tokens' ratio and gradient.
-    """
-    return mask if bad is None else mask & ~bad
-
-
-def _surrogate(
-    ratio: torch.Tensor, adv: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, dual_clip: float | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
-    """PPO clipped surrogate with per-entry bounds; op for op as verl's ``vanilla`` (bit-exact at c == 1).
-
-    ``-adv`` and ``adv < 0`` are computed once (verl recomputes them; the values are the same). Returns the
-    loss, the clip mask, the dual-clip mask (None without dual clip) and ``-adv * ratio`` (PPO's unclipped
-    term, reused by the diagnostics).
-    """
-    neg_adv = -adv
-    pg_losses1 = neg_adv * ratio
-    pg_losses2 = neg_adv * torch.clamp(ratio, lo, hi)
-    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
-    clipped = torch.gt(pg_losses2, pg_losses1)
-    if dual_clip is None:
-        return clip_pg_losses1, clipped, None, neg_adv, pg_losses1
-    pg_losses3 = neg_adv * dual_clip
-    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
-    negative = adv < 0
-    dual_clipped = torch.gt(clip_pg_losses1, pg_losses3) & negative
-    return torch.where(negative, clip_pg_losses2, clip_pg_losses1), clipped, dual_clipped, neg_adv, pg_losses1
-
-
-def _finish(
-    cfg: SATConfig,
-    loss_mat: torch.Tensor,
-    ratio: torch.Tensor,
-    neg_adv: torch.Tensor,
-    pg_losses1: torch.Tensor,
-    clipped: torch.Tensor,
-    dual_clipped: torch.Tensor | None,
-    region: TrustRegion,
-    d: torch.Tensor,
-    d_mask: torch.Tensor,
-    mask: torch.Tensor,
-    m: torch.Tensor,
-    raw_log_ratio: torch.Tensor,
-    bad: torch.Tensor | None,
-    kl_log_ratio: torch.Tensor,
-    input_mask: torch.Tensor | None = None,
-    weights: torch.Tensor | None = None,
-) -> SATLossOutput:
-    """Zero the loss at non-finite entries, apply the per-token ``weights`` and collect the diagnostics
-    (constant key set).
-
-    ``d_pi`` is Eq. 52, mean |log r_tok| over the active tokens, from ``raw_log_ratio`` (the token log-ratio
-    against the ratio's own denominator, for SAT-GSPO too).
-
-    ``kl_log_ratio`` is the log-ratio ``ppo_kl`` is reported on, as the matching verl loss does: clamped for
-    the token loss (verl's ``vanilla``), unclamped for SAT-GSPO (verl's ``gspo``). ``m`` is ``mask.float()``.
-
-    Fractions divide by max(n_active, 1) with n_active an exact count (as verl's ``mask.sum()``). verl's own
-    keys (pg_clipfrac, pg_clipfrac_lower, ppo_kl) sum the same float32 0/1 (or log-ratio) tensor verl sums,
-    so they equal verl's bit for bit; SAT's own fractions count exactly.
-
-    ``mask`` is the active mask less the non-finite entries (which are padding for everything); the
-    ``nonfinite_frac`` is counted over ``input_mask``, the active mask as given.
-    """
-    if bad is not None:
-        loss_mat = torch.where(bad, torch.zeros_like(loss_mat), loss_mat)
-    if weights is not None:
-        loss_mat = loss_mat * weights
-    with torch.no_grad():
-        dev = loss_mat.device
-        n_active = torch.count_nonzero(mask)
-        denom = n_active.float().clamp_min(1.0)
-        ppo_pg2 = torch.clamp(ratio.detach(), 1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
-        ppo_pg2 = ppo_pg2.mul_(neg_adv) if ppo_pg2.shape == neg_adv.shape else neg_adv * ppo_pg2
-        ppo_clipped = torch.gt(ppo_pg2, pg_losses1.detach())
-        del ppo_pg2
-        if d_mask is mask:
-            metrics = region.diagnostics(d, d_mask, weights=m, count=n_active)
-        else:
-            metrics = region.diagnostics(d, d_mask)
-        zero = torch.zeros((), device=dev)
-        raw = raw_log_ratio
-        if raw.numel():
-            lo_raw, hi_raw = torch.aminmax(raw)
-            any_clamped = bool(lo_raw < -LOG_RATIO_CLAMP) or bool(hi_raw > LOG_RATIO_CLAMP)
-        else:
-            any_clamped = False
-        metrics.update(
-            active=torch.ones((), device=dev),
-            d_pi=raw.abs().mul_(m).sum() / denom,
-            newly_clipped_frac=torch.count_nonzero(_newly_clipped(clipped, ppo_clipped, mask)).float() / denom,
-            nonfinite_frac=(torch.count_nonzero(bad & input_mask).float()
-                            / torch.count_nonzero(input_mask).float().clamp_min(1.0)) if bad is not None else zero,
-            log_ratio_clamped_frac=(torch.count_nonzero((raw.abs() > LOG_RATIO_CLAMP) & mask).float() / denom
-                                    if any_clamped else zero.clone()),
-            empty_microbatch=(n_active == 0).float(),
-            pg_clipfrac=(clipped & mask).float().sum() / denom,
-            pg_clipfrac_lower=((dual_clipped & mask).float().sum() / denom if dual_clipped is not None
-                               else zero.clone()),
-            ppo_kl=(torch.neg(kl_log_ratio).mul_(m) if kl_log_ratio.shape == m.shape else -kl_log_ratio * m).sum()
-            / denom,
-        )
-    return SATLossOutput(loss_mat=loss_mat, ratio=ratio, clipped=clipped, region=region, metrics=metrics)
+# ------------------------------------------------------------------------------------------------- inputs
 
 
 @dataclass
 class _Inputs:
-    """Sanitised float32 inputs of one loss call."""
+    """Float32 inputs of one loss call, after the non-finite policy."""
 
-    lp: torch.Tensor
+    lp: torch.Tensor  # with its graph to log_prob
     old: torch.Tensor
     adv: torch.Tensor
     rollout: torch.Tensor | None  # the rollout log-prob, with proxy "rollout" only
@@ -245,26 +72,48 @@ class _Inputs:
     input_mask: torch.Tensor  # the active mask as given
     mask: torch.Tensor  # the active mask less the non-finite entries
     bad: torch.Tensor | None  # the non-finite entries (None when all are finite)
+    raw: torch.Tensor  # sg(lp) - old
 
 
-def _inputs(
-    cfg: SATConfig,
-    log_prob: torch.Tensor,
-    old_log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    rollout_log_prob: torch.Tensor | None,
-    rollout_is_weights: torch.Tensor | None,
-) -> _Inputs:
-    """The inputs upcast to float32 with the non-finite policy applied to every tensor the loss reads."""
+def _finite(*tensors: torch.Tensor | None) -> bool:
+    """One reduction per tensor: a NaN or Inf (or an overflowing sum) makes the total non-finite."""
+    total = sum(t.sum() for t in tensors if t is not None and t.numel())
+    return bool(torch.isfinite(torch.as_tensor(total)))
+
+
+def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights):
+    """Upcast to float32; non-finite entries (NaN/Inf in any tensor the loss reads) are zeroed and masked out
+    (policy "mask") or raise a ValueError naming the tensor (policy "raise", active tokens only)."""
     mask = mask.bool()
     rollout = rollout_log_prob if cfg.proxy == "rollout" else None
     if cfg.proxy == "rollout" and rollout is None:
         raise ValueError("SAT proxy='rollout' needs rollout_log_prob, which was not given")
-    t, bad = _sanitize(cfg, mask, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
-                       rollout_log_prob=rollout, rollout_is_weights=rollout_is_weights)
+    named = {"log_prob": log_prob, "old_log_prob": old_log_prob, "advantages": advantages,
+             "rollout_log_prob": rollout, "rollout_is_weights": rollout_is_weights}
+    t = {k: v.float() for k, v in named.items() if v is not None}
+    raw = t["log_prob"].detach() - t["old_log_prob"]
+    bad = None
+    if not _finite(raw, t["advantages"], t.get("rollout_log_prob"), t.get("rollout_is_weights")):
+        finite = torch.ones_like(mask)
+        for name, v in t.items():
+            f = torch.isfinite(v)
+            if cfg.nonfinite == "raise" and bool((~f & mask).any()):
+                n = int((~f & mask).sum())
+                raise ValueError(f"SAT input '{name}' has {n} non-finite (NaN/Inf) values at active tokens "
+                                 f"(sat nonfinite='raise'; 'mask' zeroes and counts them in nonfinite_frac)")
+            finite &= f
+        if not bool(finite.all()):  # (else: finite values whose sum overflowed)
+            bad = ~finite
+            t = {k: torch.where(bad, torch.zeros_like(v), v) for k, v in t.items()}
+            raw = t["log_prob"].detach() - t["old_log_prob"]
+    # A masked non-finite token is padding for everything (the gate's quantile and SAT-GSPO's means too).
     return _Inputs(lp=t["log_prob"], old=t["old_log_prob"], adv=t["advantages"], rollout=t.get("rollout_log_prob"),
-                   weights=t.get("rollout_is_weights"), input_mask=mask, mask=_drop_nonfinite(mask, bad), bad=bad)
+                   weights=t.get("rollout_is_weights"), input_mask=mask, mask=mask if bad is None else mask & ~bad,
+                   bad=bad, raw=raw)
+
+
+def _masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask, x, 0.0).sum()
 
 
 def empty_microbatch_loss(loss_mat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -274,6 +123,24 @@ def empty_microbatch_loss(loss_mat: torch.Tensor, mask: torch.Tensor) -> torch.T
     including an infinite product of finite inputs, and inf * 0 is NaN.
     """
     return torch.where(mask.bool(), loss_mat, 0.0).sum()
+
+
+def _surrogate_input(x: _Inputs, ratio, gated: SparseRegion, cfg: SATConfig, dratio_dx) -> SurrogateInput:
+    return SurrogateInput(ratio=ratio.reshape(-1), adv=x.adv.reshape(-1), mask=x.mask.reshape(-1),
+                          gated_index=gated.index, gated_lo=gated.lo, gated_hi=gated.hi, eps_low=cfg.eps_low,
+                          eps_high=cfg.eps_high, dual_clip=cfg.dual_clip,
+                          dratio_dx=None if dratio_dx is None else dratio_dx.reshape(-1),
+                          weights=None if x.weights is None else x.weights.reshape(-1),
+                          bad=None if x.bad is None else x.bad.reshape(-1))
+
+
+def _counts(x: _Inputs) -> dict[str, torch.Tensor]:
+    n_input = torch.count_nonzero(x.input_mask)
+    n_active = n_input if x.bad is None else torch.count_nonzero(x.mask)
+    return {"n_active": n_active, "n_input": n_input, "n_nonfinite": n_input - n_active}
+
+
+# ----------------------------------------------------------------------------------------------- the losses
 
 
 def sat_token_loss(
@@ -289,18 +156,59 @@ def sat_token_loss(
     """Token-level SAT (SAT-GRPO with GRPO advantages); all tensors (batch, response_len)."""
     x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
     mask = x.mask
-    raw = x.lp - x.old
-    log_ratio = torch.clamp(raw, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
-    if x.rollout is None:
-        d = log_ratio.detach()
-    else:
-        d = torch.clamp(x.lp.detach() - x.rollout, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
-    region = adaptive_trust_region(d, mask, cfg, group)
-    lo, hi = _reachable_bounds(cfg, x.adv, region.lo, region.hi)
-    loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, x.adv, lo, hi, cfg.dual_clip)
-    return _finish(cfg, loss_mat, ratio, neg_adv, pg1, clipped, dual_clipped, region, d, mask, mask, mask.float(),
-                   raw.detach(), x.bad, log_ratio.detach(), x.input_mask, x.weights)
+    with torch.no_grad():
+        raw = x.raw
+        abs_raw = raw.abs()
+        abs_log_ratio_sum = _masked_sum(abs_raw, mask)
+        beyond = bool(raw.numel()) and bool(torch.amax(abs_raw) > LOG_RATIO_CLAMP)
+        passes = None
+        if beyond:  # |log-ratio| > 20: clamped as verl's vanilla does, no gradient through the clamp
+            passes = abs_raw <= LOG_RATIO_CLAMP
+            n_clamped = torch.count_nonzero(~passes & mask)
+            raw = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            abs_raw = abs_raw.clamp_max_(LOG_RATIO_CLAMP)
+        else:
+            n_clamped = torch.zeros((), dtype=torch.long, device=raw.device)
+        kl_sum = _masked_sum(raw, mask)  # on the clamped log-ratio, as verl's vanilla reports ppo_kl
+        if x.rollout is None:
+            d, abs_d, score_abs_sum = raw, abs_raw, abs_log_ratio_sum if not beyond else _masked_sum(abs_raw, mask)
+        else:
+            d = torch.clamp(x.lp.detach() - x.rollout, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            abs_d = d.abs()
+            score_abs_sum = _masked_sum(abs_d, mask)
+        gate = sparse_trust_region(d, mask, cfg, group, abs_d=abs_d)
+        del abs_raw, abs_d
+        ratio = raw.exp_()  # raw is this call's own tensor; d's gated entries are already gathered
+        dratio_dx = ratio if passes is None else torch.where(passes, ratio, 0.0)
+    sur = clipped_surrogate(x.lp, _surrogate_input(x, ratio, gate, cfg, dratio_dx))
+    measured = Measured(**_counts(x), n_clamped=n_clamped, abs_log_ratio_sum=abs_log_ratio_sum,
+                        kl_log_ratio_sum=kl_sum, region=gate, n_scope=torch.count_nonzero(mask),
+                        score_abs_sum=score_abs_sum, surrogate=sur)
+    return SATLossOutput(loss_mat=sur.loss_mat, ratio=ratio, clipped=sur.clipped, gate=gate,
+                         metrics=metrics(measured))
+
+
+def _broadcast_gate(d_seq, n_seq, mask, cfg: SATConfig, group) -> SparseRegion:
+    """Eq. 20's gate: the score of response i on each of its n_i active tokens, the quantile over tokens."""
+    abs_seq = d_seq.abs()
+    if cfg.gate_scope == "global" and dist.is_available() and dist.is_initialized():
+        q = gate_threshold(abs_seq.unsqueeze(-1).expand(mask.shape).contiguous(), mask, cfg, group)
+    else:  # the token quantile from one value per response, weighted by its length
+        q = weighted_quantile(abs_seq, n_seq, cfg.quantile, cfg.quantile_rule)
+    gated_seq = torch.gt(abs_seq, q).logical_and_(n_seq > 0) if bool(q > 0) else torch.zeros_like(n_seq, dtype=bool)
+    return _tokens_of(sparse_trust_region(d_seq, gated_seq, cfg, q=q, abs_d=abs_seq), mask)
+
+
+def _tokens_of(seq_gate: SparseRegion, mask: torch.Tensor) -> SparseRegion:
+    """A response-level gate on the active tokens of the gated responses (each token gets its response's)."""
+    B, T = mask.shape
+    gated_rows = torch.zeros(B, dtype=torch.bool, device=mask.device)
+    gated_rows[seq_gate.index] = True
+    index = (mask & gated_rows.unsqueeze(-1)).view(-1).nonzero().view(-1)
+    at = torch.searchsorted(seq_gate.index, torch.div(index, T, rounding_mode="floor"))
+    return SparseRegion(q=seq_gate.q, shape=mask.shape, index=index, d=seq_gate.d[at], c=seq_gate.c[at],
+                        lo=seq_gate.lo[at], hi=seq_gate.hi[at], eps_low=seq_gate.eps_low,
+                        eps_high=seq_gate.eps_high)
 
 
 def sat_gspo_loss(
@@ -318,35 +226,50 @@ def sat_gspo_loss(
     if ratio_form not in ("token", "sequence"):
         raise ValueError(f"SAT-GSPO ratio_form must be 'token' or 'sequence', got {ratio_form!r}")
     x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
-    mask, lp = x.mask, x.lp
-    raw = lp - x.old
-    m = mask.float()
+    mask = x.mask
     n_seq = torch.count_nonzero(mask, dim=-1)  # = torch.sum(mask, dim=-1), as verl's gspo computes it
     seq_len = n_seq.clamp(min=1)
-    seq_log_ratio = torch.sum(raw * m, dim=-1) / seq_len
+    with torch.no_grad():
+        raw = x.raw
+        masked_raw = torch.where(mask, raw, 0.0)
+        seq_log_ratio = masked_raw.sum(dim=-1) / seq_len
+        kl_sum = masked_raw.sum()  # unclamped, as verl's gspo reports ppo_kl
+        del masked_raw
+        abs_log_ratio_sum = _masked_sum(raw.abs(), mask)
+        n_clamped = torch.count_nonzero((raw.abs() > LOG_RATIO_CLAMP) & mask)
+        if x.rollout is None:
+            seq_ref = seq_log_ratio
+        else:
+            ref_raw = x.lp.detach() - x.rollout
+            seq_ref = torch.where(mask, ref_raw, 0.0).sum(dim=-1) / seq_len
+        if cfg.gspo_gate_level == "token":
+            d = torch.clamp(raw if x.rollout is None else ref_raw, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            gate = region = sparse_trust_region(d, mask, cfg, group)
+            n_scope, score_abs_sum = torch.count_nonzero(mask), _masked_sum(d.abs(), mask)
+        else:
+            d_seq = torch.clamp(seq_ref, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            if cfg.gspo_gate_level == "broadcast":
+                gate = region = _broadcast_gate(d_seq, n_seq, mask, cfg, group)
+                n_scope, score_abs_sum = n_seq.sum(), (d_seq.abs() * n_seq).sum()
+            else:  # "sequence": one score per response, quantile over responses
+                region = sparse_trust_region(d_seq, n_seq > 0, cfg, group)
+                gate = _tokens_of(region, mask)
+                n_scope, score_abs_sum = torch.count_nonzero(n_seq), _masked_sum(d_seq.abs(), n_seq > 0)
+        if ratio_form == "token":
+            log_s = torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX)
+            rho = torch.exp(log_s).unsqueeze(-1)
+            ratio = rho.expand(mask.shape).contiguous()
+            passes = (seq_log_ratio <= GSPO_LOG_RATIO_MAX).unsqueeze(-1)
+            dratio_dx = ratio if bool(passes.all()) else torch.where(passes, rho, 0.0).expand(mask.shape)
     if ratio_form == "token":
-        log_s = lp - lp.detach() + seq_log_ratio.detach().unsqueeze(-1)
-        ratio = torch.exp(torch.clamp(log_s, max=GSPO_LOG_RATIO_MAX))
-    else:
-        ratio = torch.exp(torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX)).unsqueeze(-1) * mask
-    ref_raw = raw.detach() if x.rollout is None else lp.detach() - x.rollout
-    if cfg.gspo_gate_level == "token":
-        d = torch.clamp(ref_raw, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        region = adaptive_trust_region(d, mask, cfg, group)
-        lo, hi, d_mask = region.lo, region.hi, mask
-    else:
-        # with proxy "old", the sequence mean of ref_raw is seq_log_ratio itself (the same operations)
-        seq_ref = seq_log_ratio.detach() if x.rollout is None else torch.sum(ref_raw * m, dim=-1) / seq_len
-        d_seq = torch.clamp(seq_ref, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        if cfg.gspo_gate_level == "broadcast":  # Eq. 20: every active token carries its sequence's score
-            d = d_seq.unsqueeze(-1).expand(raw.shape).contiguous()
-            region = adaptive_trust_region(d, mask, cfg, group)
-            lo, hi, d_mask = region.lo, region.hi, mask
-        else:  # "sequence": one score per sequence, quantile over sequences
-            d, d_mask = d_seq, n_seq > 0
-            region = adaptive_trust_region(d, d_mask, cfg, group)
-            lo, hi = region.lo.unsqueeze(-1), region.hi.unsqueeze(-1)
-    lo, hi = _reachable_bounds(cfg, x.adv, lo, hi)
-    loss_mat, clipped, dual_clipped, neg_adv, pg1 = _surrogate(ratio, x.adv, lo, hi, cfg.dual_clip)
-    return _finish(cfg, loss_mat, ratio, neg_adv, pg1, clipped, dual_clipped, region, d, d_mask, mask, m,
-                   raw.detach(), x.bad, raw.detach(), x.input_mask, x.weights)
+        target = x.lp
+    else:  # OpenRLHF's form: the sequence mean with its full gradient; the surrogate differentiates the ratio
+        seq_g = torch.where(mask, x.lp - x.old, 0.0).sum(dim=-1) / seq_len
+        target = torch.exp(torch.clamp(seq_g, max=GSPO_LOG_RATIO_MAX)).unsqueeze(-1) * mask
+        ratio, dratio_dx = target.detach(), None
+    sur = clipped_surrogate(target, _surrogate_input(x, ratio, gate, cfg, dratio_dx))
+    measured = Measured(**_counts(x), n_clamped=n_clamped, abs_log_ratio_sum=abs_log_ratio_sum,
+                        kl_log_ratio_sum=kl_sum, region=region, n_scope=n_scope, score_abs_sum=score_abs_sum,
+                        surrogate=sur)
+    return SATLossOutput(loss_mat=sur.loss_mat, ratio=ratio, clipped=sur.clipped, gate=region,
+                         metrics=metrics(measured))

@@ -115,6 +115,25 @@ def masked_quantile(
     return _lerp(xf, xc, frac)
 
 
+def weighted_quantile(
+    values: torch.Tensor, counts: torch.Tensor, level: float, rule: str = "inverse_cdf"
+) -> torch.Tensor:
+    """The ``level`` quantile (``rule``) of the multiset that holds ``values[i]`` ``counts[i]`` times (0 when
+    the counts sum to 0): what :func:`masked_quantile` gives on the expanded multiset, from a sort of the
+    distinct entries (SAT-GSPO's Eq. 20 quantile over tokens from one score per response)."""
+    keep = counts > 0
+    v = values.detach().float().reshape(-1)[keep.reshape(-1)]
+    w = counts.reshape(-1)[keep.reshape(-1)].long()
+    if v.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=values.device)
+    v, order = torch.sort(v)
+    cum = torch.cumsum(w[order], 0)
+    kf, kc, frac = _order_positions(int(cum[-1]), level, rule)
+    ranks = torch.tensor([kf, kc], dtype=cum.dtype, device=cum.device)
+    at = torch.searchsorted(cum, ranks, right=True)  # the first entry whose cumulative count exceeds the rank
+    return _lerp(v[at[0]], v[at[1]], frac)
+
+
 def _bin_of_rank(hist: torch.Tensor, rank: int, cumulative: bool = False) -> tuple[int, int]:
     """(bin index, rank inside that bin) of the element of global ``rank`` (0-based) in a histogram
     (``hist`` is already the cumulative sum when ``cumulative``)."""

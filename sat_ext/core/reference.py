@@ -63,8 +63,14 @@ def reference_bounds(d: torch.Tensor, mask: torch.Tensor, cfg: SATConfig, q: tor
     return lo, hi, gated, q
 
 
-def reference_surrogate(ratio, adv, lo, hi, dual_clip: float | None) -> torch.Tensor:
-    """Eq. 18-19, loss = -min(r A, clip(r, lo, hi) A); with verl's dual clip C: min(loss, -A C) where A < 0."""
+def reference_surrogate(ratio, adv, lo, hi, dual_clip: float | None, eps_low: float, eps_high: float):
+    """Eq. 18-19, loss = -min(r A, clip(r, lo, hi) A); with verl's dual clip C: min(loss, -A C) where A < 0.
+
+    For A > 0 the value depends on hi only, for A < 0 on lo only; the other endpoint is kept nominal, which
+    changes no value but keeps autograd from splitting a pull-back token's gradient in half where r A and
+    lo A round to the same float just beyond a contracted endpoint."""
+    lo = torch.where(adv > 0, torch.full_like(lo, 1 - eps_low), lo)
+    hi = torch.where(adv < 0, torch.full_like(hi, 1 + eps_high), hi)
     loss = -torch.minimum(ratio * adv, torch.clamp(ratio, lo, hi) * adv)
     if dual_clip is not None:
         loss = torch.where(adv < 0, torch.minimum(loss, -adv * dual_clip), loss)
@@ -80,7 +86,7 @@ def reference_token_loss(log_prob, old_log_prob, advantages, mask, cfg: SATConfi
     else:
         d = log_ratio.detach()  # Eq. 13: d_sg = sg(d)
     lo, hi, _, _ = reference_bounds(d, mask, cfg, q)
-    loss = reference_surrogate(torch.exp(log_ratio), advantages, lo, hi, cfg.dual_clip)
+    loss = reference_surrogate(torch.exp(log_ratio), advantages, lo, hi, cfg.dual_clip, cfg.eps_low, cfg.eps_high)
     return loss if rollout_is_weights is None else loss * rollout_is_weights
 
 
@@ -105,5 +111,5 @@ def reference_gspo_loss(log_prob, old_log_prob, advantages, mask, cfg: SATConfig
         lo, hi = lo[:, None], hi[:, None]
     else:  # "token", not the paper's: each token's own log-ratio as the score
         lo, hi, _, _ = reference_bounds(torch.clamp(reference, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), mask, cfg, q)
-    loss = reference_surrogate(ratio, advantages, lo, hi, cfg.dual_clip)
+    loss = reference_surrogate(ratio, advantages, lo, hi, cfg.dual_clip, cfg.eps_low, cfg.eps_high)
     return loss if rollout_is_weights is None else loss * rollout_is_weights

@@ -159,19 +159,6 @@ def test_contraction_never_underflows_to_zero(kernel):
     assert 0 < float(out.metrics["contraction_min"]) < 1
 
 
-def test_per_entry_threshold_general_form():
-    """A caller-given per-entry threshold (the general form) follows the same definition."""
-    d = torch.tensor([0.3, -0.3, 0.3, 0.05, 0.3])
-    q = torch.tensor([0.1, 0.1, 0.5, 0.01, 0.0])
-    r = adaptive_trust_region(d, torch.tensor([True, True, True, True, True]), SATConfig(), q=q)
-    assert r.gated.tolist() == [True, True, False, True, False]
-    # the paper's kernel 1 / (1 + (|d| / q)^2): 1/10 at |d| = 3q, 1/26 at |d| = 5q
-    assert float(r.hi[0]) == pytest.approx(1 + 0.2 / 10, abs=1e-6)
-    assert float(r.lo[1]) == pytest.approx(1 - 0.2 / 10, abs=1e-6)
-    assert float(r.hi[3]) == pytest.approx(1 + 0.2 / 26, abs=1e-6)
-    assert float(r.hi[2]) == f32(1.2) and float(r.hi[4]) == f32(1.2)
-
-
 @pytest.mark.parametrize("eps", [(0.2, 0.2), (0.999, 5.0), (3e-4, 4e-4), (0.0, 0.0), (0.1, 0.3)])
 def test_nominal_bounds_exact_for_any_radii(eps):
     """Ungated entries keep exactly float32(1 - eps_low) / float32(1 + eps_high), whatever the radii."""
