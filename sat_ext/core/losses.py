@@ -31,7 +31,6 @@ import torch.distributed as dist
 
 from .config import SATConfig
 from .diagnostics import METRIC_KEYS, Measured, metrics
-from .quantile import weighted_quantile
 from .surrogate import SurrogateInput, clipped_surrogate
 from .trust_region import SparseRegion, TrustRegion, gate_threshold, gated_bounds, sparse_trust_region
 
@@ -191,10 +190,7 @@ def sat_token_loss(
 def _broadcast_gate(d_seq, n_seq, mask, cfg: SATConfig, group) -> SparseRegion:
     """Eq. 20's gate: the score of response i on each of its n_i active tokens, the quantile over tokens."""
     abs_seq = d_seq.abs()
-    if cfg.gate_scope == "global" and dist.is_available() and dist.is_initialized():
-        q = gate_threshold(abs_seq.unsqueeze(-1).expand(mask.shape).contiguous(), mask, cfg, group)
-    else:  # the token quantile from one value per response, weighted by its length
-        q = weighted_quantile(abs_seq, n_seq, cfg.quantile, cfg.quantile_rule)
+    q = gate_threshold(abs_seq, n_seq > 0, cfg, group, counts=n_seq)  # one value per response, n_i times
     gated_seq = torch.gt(abs_seq, q).logical_and_(n_seq > 0) if bool(q > 0) else torch.zeros_like(n_seq, dtype=bool)
     return _tokens_of(sparse_trust_region(d_seq, gated_seq, cfg, q=q, abs_d=abs_seq), mask)
 

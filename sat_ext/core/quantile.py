@@ -154,18 +154,30 @@ def global_masked_quantile(
     group: dist.ProcessGroup | None = None,
     method: str = "exact",
     rule: str = "inverse_cdf",
+    counts: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The ``level`` quantile (``rule``) of the selected values of every rank in ``group`` (same result on all ranks).
 
-    Every rank of the group must call this, also with an empty selection (an all-padding micro-batch).
+    ``counts`` (integers, the shape of ``values``) makes each selected value stand for that many entries (SAT-GSPO's
+    Eq. 20: one score per response, counted once per active token). Every rank of the group must call this, also
+    with an empty selection (an all-padding micro-batch).
     """
     v = values.detach().float().reshape(-1)
     hi = _hi_bins(v, mask.bool().reshape(-1))
-    hist = torch.bincount(hi, minlength=_SENTINEL + 1)
+    w = None if counts is None else counts.reshape(-1).double()
+
+    def histogram(x: torch.Tensor, select: torch.Tensor | None, minlength: int) -> torch.Tensor:
+        if w is None:
+            return torch.bincount(x, minlength=minlength)
+        weights = w if select is None else torch.masked_select(w, select)
+        return torch.bincount(x, weights=weights, minlength=minlength).round_().long()  # exact below 2^53
+
+    hist = histogram(hi, None, _SENTINEL + 1)
     if method == "hist":
         # The sentinel slot carries the number of selected exact zeros instead (the same single collective):
         # bin 0 also holds the subnormals below 2^-133, and its upper edge is not 0.
-        hist[_SENTINEL] = torch.count_nonzero(torch.logical_and(hi == 0, v == 0))
+        zeros = torch.logical_and(hi == 0, v == 0)
+        hist[_SENTINEL] = torch.count_nonzero(zeros) if w is None else w[zeros].sum().round().long()
     else:
         hist = hist[:_HI_BINS]
     dist.all_reduce(hist, group=group)
@@ -183,8 +195,9 @@ def global_masked_quantile(
     if method != "exact":
         raise ValueError(f"unknown global quantile method {method!r}")
     bits = v.view(torch.int32)
-    lo_f = torch.bincount(torch.masked_select(bits, hi == bf) & 0xFFFF, minlength=_LO_BINS)
-    lo_c = lo_f if bc == bf else torch.bincount(torch.masked_select(bits, hi == bc) & 0xFFFF, minlength=_LO_BINS)
+    in_f, in_c = hi == bf, hi == bc
+    lo_f = histogram(torch.masked_select(bits, in_f) & 0xFFFF, in_f, _LO_BINS)
+    lo_c = lo_f if bc == bf else histogram(torch.masked_select(bits, in_c) & 0xFFFF, in_c, _LO_BINS)
     lo_hist = torch.stack([lo_f, lo_c])
     dist.all_reduce(lo_hist, group=group)
     lf, _ = _bin_of_rank(lo_hist[0], rf)

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from .config import SATConfig
 from .kernels import C_FLOOR, contraction
-from .quantile import global_masked_quantile, masked_quantile
+from .quantile import global_masked_quantile, masked_quantile, weighted_quantile
 
 
 @dataclass
@@ -78,15 +78,22 @@ class SparseRegion:
 
 
 def gate_threshold(
-    abs_d: torch.Tensor, mask: torch.Tensor, cfg: SATConfig, group: dist.ProcessGroup | None = None
+    abs_d: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: SATConfig,
+    group: dist.ProcessGroup | None = None,
+    counts: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Eq. 14's q over the configured scope: the local micro-batch, or every rank of ``group``.
+    """Eq. 14's q over the configured scope: the local micro-batch, or every rank of ``group``; ``counts``
+    weighs each entry (SAT-GSPO's Eq. 20: a response's score once per active token).
 
     Without an initialised process group the global scope is the local one (a world of one process).
     """
     if cfg.gate_scope == "global" and dist.is_available() and dist.is_initialized():
         return global_masked_quantile(abs_d, mask, cfg.quantile, group=group, method=cfg.global_method,
-                                      rule=cfg.quantile_rule)
+                                      rule=cfg.quantile_rule, counts=counts)
+    if counts is not None:
+        return weighted_quantile(abs_d, torch.where(mask.bool(), counts, 0), cfg.quantile, cfg.quantile_rule)
     return masked_quantile(abs_d, mask, cfg.quantile, rule=cfg.quantile_rule)
 
 

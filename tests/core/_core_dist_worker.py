@@ -54,6 +54,20 @@ def quantile_scenarios():
     return s
 
 
+def weighted_scenarios():
+    """name -> ([values], [masks], [counts]) per rank: one score per response counted once per token (Eq. 20)."""
+    g = _g(5)
+    s = {}
+    v0, v1 = torch.rand(40, generator=g), torch.rand(9, generator=g) * 3
+    c0, c1 = torch.randint(0, 300, (40,), generator=g), torch.randint(1, 5, (9,), generator=g)
+    s["lengths"] = ([v0, v1], [c0 > 0, c1 > 0], [c0, c1])
+    vals = torch.tensor([0.0, 0.1, 0.2])
+    t0, t1 = vals[torch.randint(0, 3, (30,), generator=g)], vals[torch.randint(0, 3, (12,), generator=g)]
+    k0, k1 = torch.randint(1, 64, (30,), generator=g), torch.randint(1, 64, (12,), generator=g)
+    s["ties_and_zeros"] = ([t0, t1], [torch.ones(30, dtype=torch.bool), k1 > 30], [k0, k1])
+    return s
+
+
 def _batch(seed, B, T, scale, lens=None):
     g = _g(seed)
     old = -torch.rand(B, T, generator=g) * 4
@@ -82,6 +96,8 @@ def loss_scenarios():
     s["gspo_seq_uneven"] = ("gspo", "token", SATConfig(**ex), [_batch(16, 5, 6, 0.3), _batch(17, 3, 6, 0.2)])
     s["gspo_seqratio_seq"] = ("gspo", "sequence", SATConfig(**ex, dual_clip=None),
                               [_batch(18, 4, 6, 0.3), _batch(19, 6, 6, 0.2)])
+    s["gspo_linear_uneven"] = ("gspo", "token", SATConfig(**ex, quantile_rule="linear"),
+                               [_batch(26, 4, 11, 0.3), _batch(27, 2, 11, 0.2)])
     s["gspo_tok_uneven"] = ("gspo", "token", SATConfig(**ex, gspo_gate_level="token", kernel="exp"),
                             [_batch(20, 2, 9, 0.3), _batch(21, 3, 9, 0.1)])
     hist = dict(gate_scope="global", global_method="hist")
@@ -112,12 +128,19 @@ def worker(rank: int, world: int, init_file: str, out_prefix: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        res = {"quantile": {}, "loss": {}}
+        res = {"quantile": {}, "loss": {}, "weighted": {}}
         for name, (vals, masks) in quantile_scenarios().items():
             for level in LEVELS:
                 for method in ("exact", "hist"):
                     q = global_masked_quantile(vals[rank], masks[rank], level, method=method)
                     res["quantile"][(name, level, method)] = q
+        for name, (vals, masks, counts) in weighted_scenarios().items():
+            for level in LEVELS:
+                for method in ("exact", "hist"):
+                    for rule in ("inverse_cdf", "linear"):
+                        q = global_masked_quantile(vals[rank], masks[rank], level, method=method, rule=rule,
+                                                   counts=counts[rank])
+                        res["weighted"][(name, level, method, rule)] = q
         for name, (kind, form, cfg, batches) in loss_scenarios().items():
             res["loss"][name] = run_loss(kind, form, cfg, *batches[rank])
         torch.save(res, f"{out_prefix}.{rank}")

@@ -130,6 +130,21 @@ def test_global_hist_loss(ranks, name):
             assert not bool(ranks[r]["loss"][name]["gated"].any())
 
 
+@pytest.mark.parametrize("name", list(W.weighted_scenarios()))
+def test_weighted_global_quantile_is_the_expanded_one(ranks, name):
+    """counts: each value stands for that many entries; exact equals the quantile of the expanded
+    concatenation, hist stays within its bound, for both rules."""
+    vals, masks, counts = W.weighted_scenarios()[name]
+    expanded = torch.cat([v[m].repeat_interleave(c[m]) for v, m, c in zip(vals, masks, counts)])
+    everything = torch.ones_like(expanded, dtype=torch.bool)
+    for level in W.LEVELS:
+        for rule in ("inverse_cdf", "linear"):
+            expect = masked_quantile(expanded, everything, level, rule=rule)
+            for r in range(2):
+                assert torch.equal(ranks[r]["weighted"][(name, level, "exact", rule)], expect), (name, level, rule)
+                assert W.hist_bound_ok(float(ranks[r]["weighted"][(name, level, "hist", rule)]), float(expect))
+
+
 def test_global_scope_without_process_group_is_local():
     """Without an initialised group the global scope is a world of one: the local quantile."""
     assert not torch.distributed.is_initialized()

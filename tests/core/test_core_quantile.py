@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from _core_ref import f32, ref_quantile
 from sat_ext.core import SATConfig, adaptive_trust_region, gate_threshold, masked_quantile, sat_token_loss
+from sat_ext.core.quantile import weighted_quantile
 
 LINEAR = SATConfig(quantile_rule="linear")
 
@@ -207,6 +208,21 @@ def test_masked_quantile_random_vs_sort(n, level, seed, scale, rule):
     k = int(pos)
     k2 = min(k + 1, sel.numel() - 1)
     assert torch.equal(q, torch.lerp(sel[k], sel[k2], pos - k))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), n=st.integers(1, 30), level=st.floats(0.001, 0.999),
+       rule=st.sampled_from(["inverse_cdf", "linear"]))
+def test_weighted_quantile_is_the_expanded_masked_quantile(data, n, level, rule):
+    """SAT-GSPO's Eq. 20 quantile from one score per response with its length equals the token quantile of
+    the broadcast scores, bit for bit."""
+    values = torch.tensor(data.draw(st.lists(_vals, min_size=n, max_size=n)), dtype=torch.float32)
+    if data.draw(st.booleans()):  # ties
+        values = values[torch.randint(0, n, (n,), generator=torch.Generator().manual_seed(n))]
+    counts = torch.tensor(data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n)))
+    expanded = values.repeat_interleave(counts)
+    expect = masked_quantile(expanded, torch.ones_like(expanded, dtype=torch.bool), level, rule=rule)
+    assert torch.equal(weighted_quantile(values, counts, level, rule=rule), expect)
 
 
 def test_masked_quantile_above_torch_quantile_limit():
