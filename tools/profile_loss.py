@@ -4,7 +4,7 @@ Writes ``results/profile_loss_<device>.md``: for each case the aten ops by self 
 the backward's ops together), averaged over ``--reps`` calls, and the Python-level split (cProfile) of SAT's
 forward into sanitise / trust region / surrogate / diagnostics.
 
-    python benchmarks/profile_loss.py --size 4M --cases vanilla,sat[micro]
+    python tools/profile_loss.py --size 4M --cases vanilla,sat[micro]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import _common as C  # noqa: E402
 import bench_loss as B  # noqa: E402
 
