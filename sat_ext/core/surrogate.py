@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 _DUAL_MARGIN = 2.0**-20  # r < C (1 - margin): -A r < -A C holds after rounding, no tie with the dual clip
+_TINY = 2.0**-100  # below this |A|, -A r and -A C may be subnormal and round to the same float
 
 
 @dataclass
@@ -56,6 +57,8 @@ def _exceptions(s: SurrogateInput) -> torch.Tensor:
     lo_nom, hi_nom = 1.0 - s.eps_low, 1.0 + s.eps_high
     top = hi_nom if s.dual_clip is None else min(hi_nom, s.dual_clip * (1.0 - _DUAL_MARGIN))
     cand = torch.gt(s.ratio, top).logical_or_(torch.lt(s.ratio, lo_nom))
+    if s.dual_clip is not None:
+        cand.logical_or_(torch.lt(s.adv, 0).logical_and_(torch.gt(s.adv, -_TINY)))
     cand[s.gated_index] = True
     return cand.nonzero().view(-1)
 

@@ -99,7 +99,7 @@ def _verl_loss(name: str, setting: LossSetting, group_size: int) -> LossFn:
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
     from verl.workers.config import ActorConfig, PolicyLossConfig
 
-    import sat_ext.verl.losses  # noqa: F401  (registers sat / sat_gspo even if the entry point did not run)
+    import sat_ext.verl.config  # noqa: F401  (registers sat / sat_gspo even if the entry point did not run)
     from sat_ext.verl.config import SATPolicyLossConfig
 
     if name in SAT_LOSSES:

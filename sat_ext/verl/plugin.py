@@ -10,8 +10,7 @@ import sys
 import traceback
 
 try:
-    from sat_ext.verl import config as _config  # noqa: F401  (imports sat_ext.verl.losses, which registers)
-    from sat_ext.verl.losses import LOSS_NAMES
+    from sat_ext.verl.config import LOSS_NAMES  # importing the module registers the losses
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
     _missing = [n for n in LOSS_NAMES if n not in POLICY_LOSS_REGISTRY]

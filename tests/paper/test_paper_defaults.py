@@ -127,7 +127,7 @@ VERL_AGG = {"token-mean": token_mean, "seq-mean-token-mean": seq_mean_token_mean
 def _verl_config(loss: str, plain: bool, agg: str):
     from verl.workers.config import ActorConfig, PolicyLossConfig
 
-    import sat_ext.verl.losses  # noqa: F401
+    import sat_ext.verl.config  # noqa: F401
     from sat_ext.verl.config import SATPolicyLossConfig
 
     policy_loss = PolicyLossConfig(loss_mode=loss) if plain else SATPolicyLossConfig(loss_mode=loss)

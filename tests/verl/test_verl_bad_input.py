@@ -13,7 +13,7 @@ import torch
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.workers.config import ActorConfig, PolicyLossConfig
 
-import sat_ext.verl.losses  # noqa: F401
+import sat_ext.verl.config  # noqa: F401
 from sat_ext.verl.config import SATPolicyLossConfig
 
 AGG = ("token-mean", "seq-mean-token-mean", "token-sum")

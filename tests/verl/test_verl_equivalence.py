@@ -19,7 +19,7 @@ from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.workers.config import ActorConfig
 
 from sat_ext.verl.config import SATPolicyLossConfig
-from sat_ext.verl.losses import compute_policy_loss_sat, compute_policy_loss_sat_gspo
+from sat_ext.verl.config import compute_policy_loss_sat, compute_policy_loss_sat_gspo
 
 PAIRS = {"sat": "vanilla", "sat_gspo": "gspo"}
 VERL_KEYS = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")
@@ -262,3 +262,56 @@ def test_c_equal_one_property(loss, agg, bs, t, scale, seed, gbi, weighted):
     sat_loss, sat_grad, sat_m = _run(loss, cfg, old, lp, adv, mask, agg, weights)
     assert torch.equal(sat_loss, ref_loss) and torch.equal(sat_grad, ref_grad)
     assert all(sat_m[k] == ref_m[k] for k in VERL_KEYS)
+
+
+def _tie_tokens(bound: float, above: bool, sign: float, n: int = 6):
+    """(log-ratios, advantages) whose ratio r = exp(l) is the float32 nearest ``bound`` on the given side and
+    whose product with A rounds to the same float as ``A * bound``: a tie between the clipped and the
+    unclipped branch that torch.maximum / torch.minimum split in half."""
+    b = torch.tensor(bound, dtype=torch.float32)
+    base = torch.log(b)
+    ls = base + torch.arange(-256, 257, dtype=torch.float32) * torch.finfo(torch.float32).eps * base.abs()
+    rs = torch.exp(ls)
+    side = rs > b if above else rs < b
+    j = int(torch.argmin(torch.where(side, (rs - b).abs(), float("inf"))))  # the nearest r beyond the bound
+    a = sign * (1 + torch.arange(4096, dtype=torch.float32) / 4096) * 1e-3  # every mantissa step of a binade
+    tie = (a * rs[j]) == (a * b)
+    return [float(ls[j])] * int(tie[:n].numel() and min(n, int(tie.sum()))), a[tie][:n].tolist()
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "token-sum"])
+def test_float_ties_between_the_branches_are_verl_bit_for_bit(agg):
+    """Ratios one float32 step beyond an endpoint (or C) whose products with A round together, and subnormal
+    advantages at the dual clip: SAT at c == 1 gives verl's value and gradient, halves included."""
+    cases = [
+        (1.2, True, 1.0), (0.8, False, 1.0),  # A > 0: just clipped above; a pull-back just below lo
+        (0.8, False, -1.0), (1.2, True, -1.0),  # A < 0: just clipped below; a pull-back just above hi
+        (3.0, True, -1.0), (3.0, False, -1.0),  # A < 0 at the dual clip C = 3 (where exp reaches one step)
+    ]
+    ls, advs = [], []
+    for k, (bound, above, sign) in enumerate(cases):
+        l, a = _tie_tokens(bound, above, sign)
+        assert len(l) == 6 or k >= 4, (bound, above, sign)  # the four endpoint cases must be constructible
+        ls += l
+        advs += a
+    ls += [0.05, -0.05, 0.9555, 1.0296]  # r = 2.6 and 2.8 < C with a subnormal A < 0: -A r and -A C round together
+    advs += [0.3, -0.2, -1.4e-45, -2.8e-45]
+    n = len(ls)
+    old = -torch.linspace(0.5, 3.0, n).reshape(1, n)
+    lp = old + torch.tensor(ls).reshape(1, n)
+    adv = torch.tensor(advs).reshape(1, n)
+    mask = torch.ones_like(adv, dtype=torch.bool)
+    # (0.2, 3.0): 1 + eps_high = 4 > C, so r = 2.6 and 2.8 are inside the nominal interval and only the
+    # subnormal advantage makes them tie with the dual clip
+    for low, high in ((0.2, 0.2), (0.2, 3.0)):
+        cfg = make_config("sat", low, high, c_min=1.0, clip_c=3.0, agg=agg)
+        cfg.global_batch_info.update(global_info("dp1", mask))
+        if agg == "token-sum":  # an upstream gradient of 2^100 per token: g * A stays normal for subnormal A
+            cfg.global_batch_info.update(dp_size=2.0**100)
+        ref_loss, ref_grad, _ = _run("vanilla", cfg, old, lp, adv, mask, agg, None)
+        sat_loss, sat_grad, _ = _run("sat", cfg, old, lp, adv, mask, agg, None)
+        assert torch.equal(sat_loss, ref_loss)
+        assert torch.equal(sat_grad, ref_grad), (sat_grad - ref_grad).abs().max()
+    # not vacuous: the subnormal tokens tie with the dual clip (-A r == -A C although r < C)
+    r, a = torch.exp(lp - old)[0, -2:], adv[0, -2:]
+    assert bool(((-a * r) == (-a * 3.0)).all()) and bool((r < 2.9).all())

@@ -17,7 +17,7 @@ import os
 import pytest
 from _verl_helpers import compose, sat_overrides
 
-SAT_MODULE = "sat_ext.verl.losses"
+SAT_MODULE = "sat_ext.verl.config"
 
 
 @pytest.fixture(scope="module")
