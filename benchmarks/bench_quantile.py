@@ -57,15 +57,10 @@ def shard(n_total: int, world: int, rank: int) -> tuple[torch.Tensor, torch.Tens
 
 
 def sort_quantile(x: torch.Tensor, level: float) -> torch.Tensor:
-    """Reference: the exact linear quantile by a full torch.sort."""
-    n = x.numel()
-    if n == 0:
-        return torch.zeros(())
-    xs = torch.sort(x).values
-    pos = level * (n - 1)
-    kf = int(pos)
-    kc = min(kf + 1, n - 1)
-    return torch.lerp(xs[kf], xs[kc], pos - kf)
+    """Reference: the paper's inverse-CDF quantile (Eq. 14, SAT's default) by a full torch.sort."""
+    from sat_ext.core.reference import reference_quantile
+
+    return reference_quantile(x, torch.ones_like(x, dtype=torch.bool), level)
 
 
 def _worker(rank: int, world: int, sizes: list[int], reps: int, init: str, out_dir: str) -> None:

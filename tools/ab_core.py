@@ -22,18 +22,14 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import _common as C  # noqa: E402
+from bench_loss import make_inputs  # noqa: E402
 from check_equivalence import load_ref_core  # noqa: E402
 
 
 def inputs(n: int, seq_len: int = 4096, seed: int = 0):
-    b = max(1, n // seq_len)
-    g = torch.Generator().manual_seed(seed)
-    old = -(torch.rand(b, seq_len, generator=g) * 3.0 + 0.05)
-    lp = old + 0.1 * torch.randn(b, seq_len, generator=g)
-    lens = torch.randint(seq_len // 4, seq_len + 1, (b, 1), generator=g)
-    mask = torch.arange(seq_len).unsqueeze(0) < lens
-    adv = (torch.randn(b, 1, generator=g).expand(b, seq_len) * mask).contiguous()
-    return old, lp, adv, mask
+    """bench_loss's rollout-like micro-batch as (old, lp, adv, mask)."""
+    x = make_inputs(n, seq_len, torch.device("cpu"), seed)
+    return x["old"], x["lp"], x["adv"], x["mask"]
 
 
 def job(core, what: str, scope: str, x, backward: bool):

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -19,6 +20,7 @@ import torch.multiprocessing as mp
 import _core_dist_worker as W
 from _core_ref import check_metrics
 from sat_ext.core import SATConfig, adaptive_trust_region, masked_quantile, sat_gspo_loss, sat_token_loss
+from sat_ext.core.reference import reference_gspo_loss, reference_token_loss
 
 SPAWN_TIMEOUT_S = 240
 
@@ -98,6 +100,13 @@ def test_global_loss_equals_single_process_on_concatenation(ranks, name):
         assert float(got["metrics"]["threshold_q"]) == float(ref["q"])
         for k in ("lo", "hi", "gated", "c", "loss", "grad"):
             assert torch.equal(got[k], ref[k][rows]), (name, r, k)
+    # and the plain-torch reference on the concatenation, with that q: the same loss to float32 rounding
+    cat = [torch.cat([b[i] for b in batches]) for i in range(4)]
+    ref_fn = reference_token_loss if kind == "token" else functools.partial(reference_gspo_loss, ratio_form=form)
+    want = ref_fn(cat[0], cat[1], cat[2], cat[3], cfg, q=ref["q"])
+    got = torch.cat([ranks[r]["loss"][name]["loss"] for r in range(2)])
+    m = cat[3]
+    assert torch.allclose(got[m], want[m], rtol=1e-6, atol=1e-7), name
     if name == "token_rank1_all_gated":
         m1 = batches[1][3]
         assert bool(ranks[1]["loss"][name]["gated"][m1].all())
