@@ -50,20 +50,13 @@ class Measured:
 
 
 def metrics(m: Measured) -> dict[str, torch.Tensor]:
-    """Every key of :data:`METRIC_KEYS`; Table 10's E[eps c+-] = eps (n - sum over d's side of (1 - c)) / n."""
-    region, s = m.region, m.surrogate
+    """Every key of :data:`METRIC_KEYS` (Table 10 from :meth:`SparseRegion.table10`)."""
+    s = m.surrogate
     denom = m.n_active.float().clamp_min(1.0)
-    scope = m.n_scope.float().clamp_min(1.0)
-    deficit = 1.0 - region.c
-    one = torch.ones((), device=denom.device)
     return {
-        "active": one,
-        "gate_rate": torch.tensor(float(region.index.numel()), device=denom.device) / scope,
-        "threshold_q": region.q.detach().float(),
-        "radius_low_mean": region.eps_low * ((m.n_scope - deficit[region.d < 0].sum()) / scope),
-        "radius_high_mean": region.eps_high * ((m.n_scope - deficit[region.d > 0].sum()) / scope),
-        "contraction_min": region.c.min() if region.c.numel() else one,
-        "abs_log_ratio_mean": m.score_abs_sum / scope,
+        "active": torch.ones((), device=denom.device),
+        **m.region.table10(m.n_scope),
+        "abs_log_ratio_mean": m.score_abs_sum / m.n_scope.float().clamp_min(1.0),
         "d_pi": m.abs_log_ratio_sum / denom,
         "newly_clipped_frac": s.n_newly_clipped.float() / denom,
         "nonfinite_frac": m.n_nonfinite.float() / m.n_input.float().clamp_min(1.0),

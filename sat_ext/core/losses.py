@@ -231,8 +231,10 @@ def sat_gspo_loss(
         seq_log_ratio = masked_raw.sum(dim=-1) / seq_len
         kl_sum = masked_raw.sum()  # unclamped, as verl's gspo reports ppo_kl
         del masked_raw
-        abs_log_ratio_sum = _masked_sum(raw.abs(), mask)
-        n_clamped = torch.count_nonzero((raw.abs() > LOG_RATIO_CLAMP) & mask)
+        abs_raw = raw.abs()
+        abs_log_ratio_sum = _masked_sum(abs_raw, mask)
+        n_clamped = torch.count_nonzero((abs_raw > LOG_RATIO_CLAMP) & mask)
+        del abs_raw
         if x.rollout is None:
             seq_ref = seq_log_ratio
         else:

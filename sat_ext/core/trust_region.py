@@ -25,32 +25,6 @@ from .quantile import global_masked_quantile, masked_quantile, weighted_quantile
 
 
 @dataclass
-class TrustRegion:
-    """Dense bounds of one gate scope; tensors have the shape of the score d."""
-
-    lo: torch.Tensor
-    hi: torch.Tensor
-    c: torch.Tensor
-    gated: torch.Tensor
-    q: torch.Tensor
-
-    def diagnostics(self, d: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Table 10 over the active entries (gate rate, q, E[eps_low c-] as mean(1 - lo), E[eps_high c+] as
-        mean(hi - 1), min c) and the mean |d|."""
-        mask = mask.bool()
-        denom = torch.count_nonzero(mask).float().clamp_min(1.0)
-        ones = torch.ones((), dtype=self.c.dtype, device=self.c.device)
-        return {
-            "gate_rate": torch.count_nonzero(self.gated & mask).float() / denom,
-            "threshold_q": self.q.detach().float(),
-            "radius_low_mean": torch.where(mask, 1.0 - self.lo, 0.0).sum() / denom,
-            "radius_high_mean": torch.where(mask, self.hi - 1.0, 0.0).sum() / denom,
-            "contraction_min": torch.where(mask, self.c, ones).min() if self.c.numel() else ones,
-            "abs_log_ratio_mean": torch.where(mask, d.abs(), 0.0).sum() / denom,
-        }
-
-
-@dataclass
 class SparseRegion:
     """The gated entries of a score of shape ``shape``: flat ``index`` (ascending), score ``d``, factor ``c``
     and bounds ``lo`` / ``hi``; every other entry has the nominal interval and c = 1."""
@@ -65,7 +39,22 @@ class SparseRegion:
     eps_low: float
     eps_high: float
 
-    def dense(self) -> TrustRegion:
+    def table10(self, n_scope: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The paper's Table 10 over the ``n_scope`` active entries the gate was taken over: realised gate
+        rate, q, E[eps_low c-] and E[eps_high c+] (= eps (n - sum over d's side of (1 - c)) / n, c = 1 off
+        the gate), and min c."""
+        scope = n_scope.float().clamp_min(1.0)
+        deficit = 1.0 - self.c
+        one = torch.ones((), device=scope.device)
+        return {
+            "gate_rate": torch.tensor(float(self.index.numel()), device=scope.device) / scope,
+            "threshold_q": self.q.detach().float(),
+            "radius_low_mean": self.eps_low * ((n_scope - deficit[self.d < 0].sum()) / scope),
+            "radius_high_mean": self.eps_high * ((n_scope - deficit[self.d > 0].sum()) / scope),
+            "contraction_min": self.c.min() if self.c.numel() else one,
+        }
+
+    def dense(self) -> "TrustRegion":
         """The same bounds as dense tensors of ``shape``."""
         lo = torch.full(self.shape, 1.0 - self.eps_low, device=self.c.device)
         hi = torch.full(self.shape, 1.0 + self.eps_high, device=self.c.device)
@@ -74,7 +63,27 @@ class SparseRegion:
         for dense, sparse in ((lo, self.lo), (hi, self.hi), (c, self.c)):
             dense.view(-1)[self.index] = sparse
         gated.view(-1)[self.index] = True
-        return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=self.q)
+        return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=self.q, sparse=self)
+
+
+@dataclass
+class TrustRegion:
+    """Dense bounds of one gate scope; tensors have the shape of the score d."""
+
+    lo: torch.Tensor
+    hi: torch.Tensor
+    c: torch.Tensor
+    gated: torch.Tensor
+    q: torch.Tensor
+    sparse: SparseRegion
+
+    def diagnostics(self, d: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Table 10 (:meth:`SparseRegion.table10`) and the mean |d| over ``mask``, the mask the region was
+        built with."""
+        mask = mask.bool()
+        n = torch.count_nonzero(mask)
+        return {**self.sparse.table10(n),
+                "abs_log_ratio_mean": torch.where(mask, d.abs(), 0.0).sum() / n.float().clamp_min(1.0)}
 
 
 def gate_threshold(
