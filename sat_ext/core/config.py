@@ -18,6 +18,8 @@ GLOBAL_METHODS = ("exact", "hist")
 PROXIES = ("old", "rollout")
 GSPO_GATE_LEVELS = ("broadcast", "sequence", "token")
 NONFINITE_POLICIES = ("mask", "raise")
+LOG_RATIO_CLAMP = 20.0  # the base recipes' extras, not the paper's: verl's vanilla clamps the log-ratio at +-20,
+GSPO_LOG_RATIO_MAX = 10.0  # and verl's gspo the sequence log-ratio at 10
 
 
 class SATConfigError(ValueError):

@@ -29,13 +29,10 @@ from functools import cached_property
 import torch
 import torch.distributed as dist
 
-from .config import SATConfig
+from .config import GSPO_LOG_RATIO_MAX, LOG_RATIO_CLAMP, SATConfig
 from .diagnostics import METRIC_KEYS, Measured, metrics
 from .surrogate import SurrogateInput, clipped_surrogate
 from .trust_region import SparseRegion, TrustRegion, gate_threshold, gated_bounds, sparse_trust_region
-
-LOG_RATIO_CLAMP = 20.0
-GSPO_LOG_RATIO_MAX = 10.0
 
 __all__ = ["METRIC_KEYS", "SATLossOutput", "empty_microbatch_loss", "sat_gspo_loss", "sat_token_loss"]
 
@@ -189,10 +186,9 @@ def sat_token_loss(
 
 def _broadcast_gate(d_seq, n_seq, mask, cfg: SATConfig, group) -> SparseRegion:
     """Eq. 20's gate: the score of response i on each of its n_i active tokens, the quantile over tokens."""
-    abs_seq = d_seq.abs()
-    q = gate_threshold(abs_seq, n_seq > 0, cfg, group, counts=n_seq)  # one value per response, n_i times
-    gated_seq = torch.gt(abs_seq, q).logical_and_(n_seq > 0) if bool(q > 0) else torch.zeros_like(n_seq, dtype=bool)
-    return _tokens_of(sparse_trust_region(d_seq, gated_seq, cfg, q=q, abs_d=abs_seq), mask)
+    abs_seq, has_tokens = d_seq.abs(), n_seq > 0
+    q = gate_threshold(abs_seq, has_tokens, cfg, group, counts=n_seq)  # one value per response, n_i times
+    return _tokens_of(sparse_trust_region(d_seq, has_tokens, cfg, q=q, abs_d=abs_seq), mask)
 
 
 def _tokens_of(seq_gate: SparseRegion, mask: torch.Tensor) -> SparseRegion:

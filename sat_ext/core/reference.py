@@ -14,11 +14,8 @@ from fractions import Fraction
 
 import torch
 
-from .config import SATConfig
+from .config import GSPO_LOG_RATIO_MAX, LOG_RATIO_CLAMP, SATConfig
 from .kernels import C_FLOOR
-
-LOG_RATIO_CLAMP = 20.0  # verl's vanilla clamps the token log-ratio at +-20
-GSPO_LOG_RATIO_MAX = 10.0  # verl's gspo clamps the sequence log-ratio at 10
 
 
 def reference_quantile(values: torch.Tensor, mask: torch.Tensor, level: float, rule: str = "inverse_cdf"):

@@ -37,7 +37,6 @@ class LossSetting:
         return s
 
 
-GSPO_PAPER_EPS = (3e-4, 4e-4)
 GSPO_DEMO_EPS = (0.1, 0.1)
 
 
