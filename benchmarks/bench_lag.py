@@ -1,5 +1,6 @@
-"""Throughput of the lag controller: a discrete-event simulation (simulated clock) driving the real
-:class:`sat_ext.lag.LagController`, with long-tailed generation lengths.
+"""Throughput and lag-vs-length of the lag rules: a discrete-event simulation (simulated clock) driving the real
+:class:`sat_ext.lag.LagController` (whose ``take`` is :mod:`sat_ext.lag.batches`' selection, the code the verl
+sampler uses), with long-tailed generation lengths.
 
 Model. ``P`` rollout slots each generate one sample at a time; a sample of ``n`` tokens takes
 ``prefill + n * per_token`` seconds (lengths: log-normal, capped at ``max_len``: a long tail of stragglers).
@@ -10,16 +11,21 @@ seconds, then, when the controller says a sync is due and allowed, a weight sync
 Configurations, all through the controller's own admission control:
   * ``sync``: synchronous training (interval mode, interval 1, prefetch 0: a batch is generated after the
     previous step's sync);
-  * ``one-step-off``: interval 1, prefetch 1 (verl's one_step_off: exact lag 1);
-  * ``bounded L``: bounded mode, max_lag L in {1, 2, 4, 8} (a sync after every step, admission holds a
-    producer back when its sample could be trained on more than L versions later; over-bound samples dropped).
+  * ``lag 1``: interval 1, prefetch 1 (the paper's lag 1, slime's one-step overlap, verl's one_step_off);
+  * ``lag 8``: interval 8, prefetch 1 (the paper's lag 8: a broadcast every 8 steps, batch-wise lags 1..8);
+  * ``bounded L wait|drop``: bounded mode, max_lag L in {1, 8} (a sync after every step; admission holds a
+    producer back when its sample could be trained on more than L versions later); ``wait`` consumes first
+    in, first out and waits for stragglers, ``drop`` takes what finished first and drops what crosses L.
 
 Reported per configuration over the steps after a warm-up: consumed samples/s as a fraction of the pipeline
 limit = min(producer limit P / E[gen time], trainer limit B / (E[step time] + sync)) (E over the length
 distribution), the idle fraction of the rollout slots and of the trainer, the lag of consumed samples, and
-samples dropped for staleness. Deterministic (seeded; no wall clock).
+samples dropped for staleness; and lag against response length: the correlation of a consumed sample's lag
+(in trainer steps) with its length, the mean length of consumed samples in the lowest and highest lag, and the
+mean length of dropped samples over the mean length generated (the drop rule's length bias).
+Deterministic (seeded; no wall clock).
 
-    python benchmarks/bench_lag.py              # two scenarios x 6 configurations, about a minute
+    python benchmarks/bench_lag.py              # two scenarios x 7 configurations, about a minute
 """
 
 from __future__ import annotations
@@ -79,27 +85,39 @@ def limits(sc: Scenario) -> tuple[float, float, float]:
 
 CONFIGS = (
     ("sync", dict(mode="interval", interval=1, prefetch=0)),
-    ("one-step-off", dict(mode="interval", interval=1, prefetch=1)),
-    ("bounded L=1", dict(mode="bounded", max_lag=1)),
-    ("bounded L=2", dict(mode="bounded", max_lag=2)),
-    ("bounded L=4", dict(mode="bounded", max_lag=4)),
-    ("bounded L=8", dict(mode="bounded", max_lag=8)),
+    ("lag 1", dict(mode="interval", interval=1, prefetch=1)),
+    ("lag 8", dict(mode="interval", interval=8, prefetch=1)),
+    ("bounded L=1 wait", dict(mode="bounded", max_lag=1, over_bound="wait")),
+    ("bounded L=1 drop", dict(mode="bounded", max_lag=1, over_bound="drop")),
+    ("bounded L=8 wait", dict(mode="bounded", max_lag=8, over_bound="wait")),
+    ("bounded L=8 drop", dict(mode="bounded", max_lag=8, over_bound="drop")),
 )
 
 
 class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
+    now = 0.0
 
-    def __call__(self) -> float:
-        return self.now
+
+def _correlation(pairs: list[tuple[int, int]]) -> float:
+    """Pearson correlation of (lag, length); 0.0 when either is constant."""
+    if len(pairs) < 2:
+        return 0.0
+    xs, ys = zip(*pairs)
+    if len(set(xs)) < 2 or len(set(ys)) < 2:
+        return 0.0
+    return statistics.correlation(xs, ys)
+
+
+def _len_at(pairs: list[tuple[int, int]], pick) -> float:
+    lag = pick(x for x, _ in pairs)
+    return statistics.fmean(n for x, n in pairs if x == lag)
 
 
 def simulate(sc: Scenario, lag_kw: dict, steps: int, warmup: int, seed: int) -> dict:
     producer_limit, trainer_limit, per_token_train = limits(sc)
-    cfg = LagConfig(batch_size=sc.batch, lease_s=1e12, **lag_kw)
+    cfg = LagConfig(batch_size=sc.batch, **lag_kw)
     clock = _Clock()
-    ctl = LagController(cfg, clock=clock)
+    ctl = LagController(cfg)
     rng = random.Random(seed)
     events: list[tuple[float, int, str, int]] = []
     seq = 0
@@ -116,7 +134,7 @@ def simulate(sc: Scenario, lag_kw: dict, steps: int, warmup: int, seed: int) -> 
     trainer_state, trainer_idle_since, trainer_idle, window_trainer_idle = "wait", 0.0, 0.0, 0.0
     step_tokens = 0
     t_window0 = None
-    consumed_window, lags = 0, []
+    consumed_window, lags, lag_len = 0, [], []
     gen_started = gen_tokens = 0
 
     def in_window() -> bool:
@@ -144,7 +162,8 @@ def simulate(sc: Scenario, lag_kw: dict, steps: int, warmup: int, seed: int) -> 
                 if in_window():
                     window_trainer_idle += idle
                     consumed_window += len(batch)
-                    lags.extend(s.lag for s in batch)
+                    lags.extend(s.lag_steps for s in batch)
+                    lag_len.extend((s.lag_steps, s.payload) for s in batch)
                 step_tokens = sum(s.payload for s in batch)
                 push(now + sc.step_fixed + step_tokens * per_token_train, "train_done")
                 trainer_state = "train"
@@ -172,7 +191,7 @@ def simulate(sc: Scenario, lag_kw: dict, steps: int, warmup: int, seed: int) -> 
             claim, n = busy[idx]
             busy[idx] = None
             slot_idle_since[idx] = t
-            ctl.submit(claim, n, VersionSpan.at(claim.version))
+            ctl.submit(claim, n, VersionSpan.at(claim.version), response_tokens=n)
         elif kind == "train_done":
             due = ctl.complete_step()
             trainer_idle_since = t
@@ -207,6 +226,10 @@ def simulate(sc: Scenario, lag_kw: dict, steps: int, warmup: int, seed: int) -> 
         "lag_max": max(lags) if lags else 0,
         "dropped": m.dropped_total,
         "dropped_frac": m.dropped_total / max(1, gen_started),
+        "lag_len_corr": _correlation(lag_len),
+        "len_at_min_lag": _len_at(lag_len, min),
+        "len_at_max_lag": _len_at(lag_len, max),
+        "dropped_len_over_mean": (m.stale_tokens / max(1, m.dropped_total)) / (gen_tokens / gen_started),
         "steps": steps,
         "sim_seconds": span,
     }
@@ -237,7 +260,8 @@ def main(argv=None) -> None:
             rows.append(row)
             print(f"{sc.name:14s} {name:13s} {row['samples_per_s']:7.3f}/s  {row['fraction_of_limit']:.3f} of limit  "
                   f"rollout idle {row['rollout_idle_frac']:.3f}  trainer idle {row['trainer_idle_frac']:.3f}  "
-                  f"lag {row['lag_mean']:.2f} (max {row['lag_max']})  dropped {row['dropped']:.0f}", flush=True)
+                  f"lag {row['lag_mean']:.2f} (max {row['lag_max']})  dropped {row['dropped']:.0f}  "
+                  f"corr(lag, len) {row['lag_len_corr']:+.3f}", flush=True)
     import torch
 
     params = "; ".join(
@@ -250,15 +274,21 @@ def main(argv=None) -> None:
     out = Path(args.out)
     C.write_csv(out / f"{args.stem}.csv", rows, env)
     head = ["scenario", "config", "samples/s", "fraction of pipeline limit", "rollout idle", "trainer idle",
-            "lag mean", "lag max", "dropped (frac of started)"]
+            "lag mean (steps)", "lag max (steps)", "dropped (frac of started)"]
     body = [[r["scenario"], r["config"], f"{r['samples_per_s']:.3f}", f"{r['fraction_of_limit']:.3f}",
              f"{r['rollout_idle_frac']:.3f}", f"{r['trainer_idle_frac']:.3f}", f"{r['lag_mean']:.2f}",
              f"{r['lag_max']}", f"{r['dropped']:.0f} ({r['dropped_frac']:.3f})"] for r in rows]
     lim = C.md_table(["scenario", "producer limit /s", "trainer limit /s", "pipeline limit /s"],
                      [[r["scenario"], f"{r['producer_limit']:.3f}", f"{r['trainer_limit']:.3f}",
                        f"{r['pipeline_limit']:.3f}"] for r in rows if r["config"] == "sync"])
-    C.write_md(out / f"{args.stem}.md", "bench_lag: lag controller throughput (simulated)", env,
-               [("Limits", lim), ("Throughput and idle time", C.md_table(head, body))])
+    length_head = ["scenario", "config", "corr(lag in steps, length)", "mean length at the lowest lag",
+                   "mean length at the highest lag", "dropped mean length / generated mean length"]
+    length_body = [[r["scenario"], r["config"], f"{r['lag_len_corr']:+.3f}", f"{r['len_at_min_lag']:.0f}",
+                    f"{r['len_at_max_lag']:.0f}",
+                    f"{r['dropped_len_over_mean']:.2f}" if r["dropped"] else "(none dropped)"] for r in rows]
+    C.write_md(out / f"{args.stem}.md", "bench_lag: lag rules, throughput and lag against length (simulated)", env,
+               [("Limits", lim), ("Throughput and idle time", C.md_table(head, body)),
+                ("Lag against response length", C.md_table(length_head, length_body))])
     plot(rows, out / f"{args.stem}.png", env)
     print(f"wrote {out / args.stem}.csv/.md/.png")
 
@@ -271,7 +301,7 @@ def plot(rows: list[dict], path: Path, env: dict) -> None:
 
     scen = list(dict.fromkeys(r["scenario"] for r in rows))
     names = [n for n, _ in CONFIGS]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig, axes = plt.subplots(1, 3, figsize=(18, 4.8))
     w = 0.8 / len(scen)
     for j, s in enumerate(scen):
         rs = {r["config"]: r for r in rows if r["scenario"] == s}

@@ -51,7 +51,7 @@ fi
 # the policy_loss._target_ of the SAT variants imports sat_ext.verl as well.
 export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-sat_ext.verl.plugin}"
 
-CMD=("${PYTHON:-python3}" -m verl.trainer.main_ppo --config-path "${CONFIG_DIR}" --config-name "${VARIANT}")
+CMD=("${PYTHON:-python3}" -m sat_ext.verl.main_ppo --config-path "${CONFIG_DIR}" --config-name "${VARIANT}")
 CMD+=("${OVERRIDES[@]+"${OVERRIDES[@]}"}" "$@")
 
 if [[ "${SAT_DRY_RUN:-0}" == "1" ]]; then

@@ -84,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--prefetch", type=int, default=1,
                    help="interval mode: trainer steps the rollout generates ahead (1 = generation of step s+1 "
                         "overlaps training of step s, so lag k gives sample lags 1..k steps; 0 gives 0..k-1)")
-    a.add_argument("--over-bound", choices=("drop", "regenerate"), default="drop",
-                   help="bounded mode: what happens to a sample that still exceeds max_lag")
+    a.add_argument("--over-bound", choices=("wait", "drop", "regenerate"), default="wait",
+                   help="bounded mode: wait (first in, first out, nothing dropped), or drop / regenerate a sample "
+                        "that exceeds max_lag (sat_ext.lag.batches)")
     a.add_argument("--latency-mean", type=float, default=None,
                    help="mean generation latency of a prompt group in trainer steps (geometric); None: 0 in "
                         "interval mode, 1 in bounded mode, where slow groups can exceed the bound")

@@ -11,8 +11,9 @@ tick), trains, ``complete_step()``, and when a sync is due broadcasts its weight
 - interval mode (``lag k`` = interval k): weights reach the engine every k trainer steps, so the batches
   of one interval come from weights 0..k-1 steps old (plus ``prefetch``);
 - bounded mode (``lag L`` = max_lag L): a sync after every step, admission control keeps at most
-  ``(L+1) * batch`` groups outstanding, and a group that a slow generation (random latency) still
-  pushes past L is dropped or regenerated, and counted.
+  ``(L+1) * batch`` groups outstanding; with ``over_bound=wait`` the trainer takes groups first in, first
+  out and waits for a slow one, with ``drop`` / ``regenerate`` a group that a slow generation (random
+  latency) pushes past L is dropped or regenerated, and counted.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class RunSpec:
     temperature: float = 1.0
     mismatch: Mismatch = Mismatch()
     prefetch: int = 1
-    over_bound: str = "drop"
+    over_bound: str = "wait"
     latency_mean: float = 0.0
     eval_every: int = 10
     eval_size: int = 256
@@ -242,7 +243,7 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
         p = 1.0 / (1.0 + spec.latency_mean)
         return int(math.floor(math.log(1.0 - latency_rng.random()) / math.log(1.0 - p)))
 
-    ctrl = LagController(lag_config(spec), clock=lambda: 0.0)
+    ctrl = LagController(lag_config(spec))
     inflight: list[_InFlight] = []
     now = 0
     producer_idle_ticks = 0
@@ -269,7 +270,7 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
             ctrl.note_producer_idle(1.0)
         for item in [x for x in inflight if x.finish <= now]:
             inflight.remove(item)
-            ctrl.submit(item.claim, item.group, VersionSpan.at(item.claim.version))
+            ctrl.submit(item.claim, item.group, VersionSpan.at(item.claim.version), int(item.group.mask.sum()))
 
     history: list[dict[str, float]] = []
     evals: list[tuple[int, float]] = [(0, evaluate(policy, task, eval_prompts, eval_probs, eval_gen, spec.temperature))]

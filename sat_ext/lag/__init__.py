@@ -3,23 +3,25 @@
 - :mod:`.config`: the validated ``lag:`` block and ``check_compatible`` for engine settings.
 - :mod:`.versions`: policy versions, per-sample version spans, lag.
 - :mod:`.schedule`: admission rules for bounded and interval mode.
+- :mod:`.batches`: which groups are consumed next (the batch-wise FIFO rule, the drop rule, the bound).
 - :mod:`.metrics`: the per-step flat metrics dict.
-- :mod:`.controller`: the controller (claims with leases, consumption check, version counter).
-- :mod:`.state`: saving / loading the controller state with a checkpoint.
-- :mod:`.ray_actors` (imports ray): the shared controller actor.
-- :mod:`.verl_overrides` / :mod:`.verl_sampler` (the latter imports verl): the verl integration.
+- :mod:`.controller`: an in-process controller built from the rules above (the demo and the simulations).
+
+The verl integration is :mod:`sat_ext.verl.lag_overrides` / :mod:`sat_ext.verl.lag_sampler`, the OpenRLHF one
+:mod:`sat_ext.openrlhf.lag`; both use these rules.
 """
 
+from .batches import GroupState, first_finished, next_batch, over_bound, waits_for_stragglers
 from .config import EngineSettings, LagConfig, LagConfigError, check_compatible
 from .controller import Claim, ConsumedSample, LagController, LagProtocolError
 from .metrics import LagMetrics
-from .state import load_state, save_state
 from .versions import VersionSpan, lag_in_steps, sample_lag
 
 __all__ = [
     "Claim",
     "ConsumedSample",
     "EngineSettings",
+    "GroupState",
     "LagConfig",
     "LagConfigError",
     "LagController",
@@ -27,8 +29,10 @@ __all__ = [
     "LagProtocolError",
     "VersionSpan",
     "check_compatible",
+    "first_finished",
     "lag_in_steps",
-    "load_state",
+    "next_batch",
+    "over_bound",
     "sample_lag",
-    "save_state",
+    "waits_for_stragglers",
 ]

@@ -6,13 +6,12 @@ Errors name the key as the user wrote it (``lag.max_lag``) and the bad value, e.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 MODES = ("off", "bounded", "interval")
-OVER_BOUND = ("drop", "regenerate")
+OVER_BOUND = ("wait", "drop", "regenerate")
 DEFAULT_HIST_EDGES = (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32)
 
 
@@ -38,11 +37,12 @@ class LagConfig:
     interval: interval mode's k, trainer steps between weight syncs.
     prefetch: interval mode: how many trainer steps ahead of the trainer the rollout generates
         (0 = a batch is generated after the previous step, 1 = one-step-off, ...).
-    over_bound: bounded mode: what happens to a sample still over the bound when it would be consumed:
-        "drop" (discarded) or "regenerate" (its id is generated again with current weights).
+    over_bound: bounded mode: "wait" (the default: groups are consumed first in, first out and the trainer
+        waits for a straggler, so admission alone keeps every lag <= max_lag and nothing is dropped; a lag
+        over the bound is an error), "drop" (take whatever finished first; a group over the bound is
+        discarded and counted) or "regenerate" (as drop, but its id is generated again with current weights).
     batch_size: samples the trainer consumes per step.
     max_outstanding: off mode's queue bound (samples in flight + ready); None = 2 * batch_size.
-    lease_s: seconds a producer's claim stays valid without renewal; an expired claim is handed out again.
     hist_edges: left edges of the lag histogram bins (strictly increasing, from 0; the last bin is open).
     """
 
@@ -50,10 +50,9 @@ class LagConfig:
     max_lag: int | None = None
     interval: int | None = None
     prefetch: int = 0
-    over_bound: str = "drop"
+    over_bound: str = "wait"
     batch_size: int = 1
     max_outstanding: int | None = None
-    lease_s: float = 60.0
     hist_edges: tuple[int, ...] = field(default=DEFAULT_HIST_EDGES)
 
     def __post_init__(self) -> None:
@@ -85,13 +84,6 @@ class LagConfig:
             raise LagConfigError("lag.batch_size", self.batch_size, "must be an integer >= 1")
         if self.max_outstanding is not None and (not _is_int(self.max_outstanding) or self.max_outstanding < 1):
             raise LagConfigError("lag.max_outstanding", self.max_outstanding, "must be an integer >= 1 or null")
-        if (
-            isinstance(self.lease_s, bool)
-            or not isinstance(self.lease_s, (int, float))
-            or not math.isfinite(self.lease_s)
-            or self.lease_s <= 0
-        ):
-            raise LagConfigError("lag.lease_s", self.lease_s, "must be a finite number of seconds > 0")
         edges = tuple(self.hist_edges) if isinstance(self.hist_edges, (list, tuple)) else None
         if (
             not edges

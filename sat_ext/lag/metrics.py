@@ -3,7 +3,9 @@
 Keys (all under ``lag/``): ``min``, ``mean``, ``max`` (lag in versions of the samples consumed this step;
 0.0 when none), ``steps/min|mean|max`` (lag in trainer steps), ``hist/<bin>`` (counts over fixed bins),
 ``consumed``, ``dropped``, ``regenerated`` (this step) and ``dropped_total``, ``regenerated_total``
-(cumulative), ``consumer_idle_s``, ``producer_idle_s`` (when tracked), ``version``, ``trainer_step``,
+(cumulative), ``consumed_len_mean`` and ``dropped_len_mean`` (mean response length, in tokens, of the samples
+consumed and of those dropped or regenerated for staleness this step; 0.0 when none or not reported),
+``consumer_idle_s``, ``producer_idle_s`` (when tracked), ``version``, ``trainer_step``,
 and in interval mode ``scheduled``, ``scheduled_steps`` and ``off_schedule`` (samples whose lag differs
 from the schedule).
 """
@@ -59,25 +61,32 @@ class LagMetrics:
         self.hist = [0] * len(self.hist_edges)
         self.dropped = 0
         self.regenerated = 0
+        self.consumed_tokens = 0
+        self.stale_tokens = 0
         self.off_schedule = 0
         self.consumer_idle_s = 0.0
         self.producer_idle_s = 0.0
 
-    def record_consumed(self, lag: int, lag_steps: int, scheduled: tuple[int, int] | None = None) -> None:
+    def record_consumed(
+        self, lag: int, lag_steps: int, scheduled: tuple[int, int] | None = None, response_tokens: int = 0
+    ) -> None:
         """One sample trained on with ``lag`` versions / ``lag_steps`` steps (and its scheduled pair, if any)."""
+        self.consumed_tokens += response_tokens
         self.lags.append(lag)
         self.lag_steps.append(lag_steps)
         self.hist[hist_bin_index(self.hist_edges, lag)] += 1
         if scheduled is not None and (lag, lag_steps) != tuple(scheduled):
             self.off_schedule += 1
 
-    def record_dropped(self, n: int = 1) -> None:
-        """``n`` samples discarded for staleness."""
+    def record_dropped(self, n: int = 1, response_tokens: int = 0) -> None:
+        """``n`` samples (``response_tokens`` in all) discarded for staleness."""
+        self.stale_tokens += response_tokens
         self.dropped += n
         self.dropped_total += n
 
-    def record_regenerated(self, n: int = 1) -> None:
-        """``n`` samples sent back to be generated again for staleness."""
+    def record_regenerated(self, n: int = 1, response_tokens: int = 0) -> None:
+        """``n`` samples (``response_tokens`` in all) sent back to be generated again for staleness."""
+        self.stale_tokens += response_tokens
         self.regenerated += n
         self.regenerated_total += n
 
@@ -117,6 +126,8 @@ class LagMetrics:
                 f"{p}regenerated": float(self.regenerated),
                 f"{p}dropped_total": float(self.dropped_total),
                 f"{p}regenerated_total": float(self.regenerated_total),
+                f"{p}consumed_len_mean": self.consumed_tokens / len(self.lags) if self.lags else 0.0,
+                f"{p}dropped_len_mean": self.stale_tokens / max(1, self.dropped + self.regenerated),
                 f"{p}consumer_idle_s": self.consumer_idle_s,
                 f"{p}version": float(version),
                 f"{p}trainer_step": float(trainer_step),

@@ -53,6 +53,13 @@ def test_bounded_mode_never_exceeds_max_lag(warm_state, over_bound):
     assert len(set(res.lag_counts)) > 1  # heterogeneous lags under the bound
 
 
+def test_bounded_wait_mode_drops_nothing(warm_state):
+    L = 2
+    res = run(_spec(mode="bounded", lag=L, prefetch=0, steps=16, latency_mean=2.0, over_bound="wait"), warm_state)
+    assert max(res.lag_counts) <= L and sum(res.lag_counts.values()) == 16 * 2
+    assert res.totals["dropped"] == res.totals["regenerated"] == 0  # the trainer waited for the slow groups
+
+
 def test_bounded_fast_producer_runs_at_the_bound(warm_state):
     res = run(_spec(mode="bounded", lag=3, prefetch=0, steps=12, latency_mean=0.0), warm_state)
     lags = [int(h["lag/max"]) for h in res.history]

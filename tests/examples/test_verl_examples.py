@@ -151,7 +151,7 @@ def _free_form_ok(key: str) -> bool:
     if key.startswith(prefix):
         return key[len(prefix):] in _sat_fields()
     prefix = "trainer.v1.sampler.sampler_kwargs."
-    if key.startswith(prefix):  # handed to the custom sampler, sat_ext.lag's LagBoundedReplayBuffer
+    if key.startswith(prefix):  # handed to the custom sampler, sat_ext's SATLagReplayBuffer
         from dataclasses import fields
 
         from sat_ext.lag import LagConfig
@@ -324,43 +324,40 @@ def test_paper_setting(name, composed):
     # AIME24 avg@8.
     vk = ro.val_kwargs
     assert (vk.n, vk.do_sample, vk.temperature, vk.top_p) == (8, True, 0.95, 1.0)
-    assert tr.test_freq * sync == (5 if lag == 1 else 8)
-    # Paper's old log-prob: the rollout engine's (bypass mode), no recompute.
-    assert cfg.algorithm.rollout_correction.bypass_mode is True and ro.calculate_log_probs is True
+    assert tr.test_freq * sync == 8  # the same optimizer-step cadence at both lags
+    # The paper's denominator (Table 9): the generating checkpoint's trainer-side log-prob; DPPO needs mu.
+    assert cfg.algorithm.rollout_correction.bypass_mode is name.startswith("dppo") and ro.calculate_log_probs
     # Megatron training, SGLang rollout on separate GPUs.
     assert aa.strategy == "megatron" and ro.name == "sglang" and cfg.actor_rollout_ref.hybrid_engine is False
     # R3 exactly where the name says so.
     r3 = "_r3_" in name
     assert aa.megatron.router_replay.mode == ("R3" if r3 else "disabled")
     assert ro.enable_rollout_routing_replay is r3
-    # Lag: V1 separate_async, a weight sync every `lag` optimizer steps, plus the constraints
-    # PPOTrainerSeparateAsync asserts at start-up, and sat_ext.lag's sampler with a compatible engine.
-    assert tr.use_v1 is True and v1.trainer_mode == "separate_async" and sync == lag
+    # Lag: sat_ext's separate_async trainer, a broadcast every `lag` optimizer steps, one batch prefetched,
+    # plus the constraints PPOTrainerSeparateAsync asserts at start-up, and sat_ext's sampler.
+    assert tr.use_v1 is True and v1.trainer_mode == "sat_separate_async" and sync == lag
     assert cfg.data.train_batch_size == sync * aa.ppo_mini_batch_size
     assert ro.nnodes > 0 and ro.n_gpus_per_node > 0 and ro.checkpoint_engine.backend != "naive"
     sampler = v1.sampler
-    assert (sampler.custom_sampler.path, sampler.custom_sampler.name) == ("pkg://sat_ext.lag.verl_sampler",
-                                                                          "LagBoundedReplayBuffer")
-    if lag == 1:  # bounded, max lag 1, rollout one batch ahead
-        assert v1.separate_async.num_warmup_batches == 1
-        assert (sampler.max_off_policy_threshold, sampler.max_off_policy_strategy) == (2, "drop")
-        assert (sampler.sampler_kwargs.mode, sampler.sampler_kwargs.max_lag) == ("bounded", 1)
-    else:  # interval 8, no prefetch
-        assert v1.separate_async.num_warmup_batches == 0 and sampler.max_off_policy_threshold is None
-        assert (sampler.sampler_kwargs.mode, sampler.sampler_kwargs.interval) == ("interval", 8)
+    assert (sampler.custom_sampler.path, sampler.custom_sampler.name) == ("pkg://sat_ext.verl.lag_sampler",
+                                                                          "SATLagReplayBuffer")
+    assert v1.separate_async.num_warmup_batches * cfg.data.train_batch_size == 256  # one batch ahead
+    assert sampler.max_off_policy_threshold is None
+    kw = sampler.sampler_kwargs
+    assert (kw.mode, kw.interval, kw.prefetch) == ("interval", lag, 1)
 
 
-_LAG_BLOCKS = {1: {"mode": "bounded", "max_lag": 1}, 8: {"mode": "interval", "interval": 8}}
+_LAG_BLOCKS = {1: {"mode": "interval", "interval": 1, "prefetch": 1}, 8: {"mode": "interval", "interval": 8, "prefetch": 1}}
 
 
 @pytest.mark.parametrize("lag", sorted(_LAG_BLOCKS))
 def test_lag_files_are_sat_ext_lags_translation(lag, composed):
-    """lag/lagK.yaml == sat_ext.lag.verl_overrides(lag block, 256 prompts per step), key by key."""
+    """lag/lagK.yaml == sat_ext.verl.lag_overrides.verl_overrides(lag block, 256 prompts, eval every 8), key by key."""
     from sat_ext.lag import LagConfig, check_compatible
-    from sat_ext.lag.verl_overrides import verl_engine_settings, verl_overrides
+    from sat_ext.verl.lag_overrides import BASE_MODE, check_verl_config, verl_engine_settings, verl_overrides
 
     block = LagConfig.from_dict(_LAG_BLOCKS[lag])
-    overrides = verl_overrides(block, train_batch_size=256)
+    overrides = verl_overrides(block, train_batch_size=256, eval_every=8)
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
         translated = compose("ppo_megatron_trainer", overrides=overrides)
     keys = [o.lstrip("+").split("=", 1)[0] for o in overrides]
@@ -368,18 +365,20 @@ def test_lag_files_are_sat_ext_lags_translation(lag, composed):
     for name in (v for v in VARIANTS if v.endswith(f"_lag{lag}")):
         cfg = composed[name]
         for key in keys:
-            assert OmegaConf.select(cfg, key) == OmegaConf.select(translated, key), (name, key)
+            if key != "algorithm.rollout_correction.bypass_mode" or not name.startswith("dppo"):
+                assert OmegaConf.select(cfg, key) == OmegaConf.select(translated, key), (name, key)
         mode = cfg.trainer.v1.trainer_mode
         check_compatible(LagConfig.from_dict(OmegaConf.to_container(cfg.trainer.v1.sampler.sampler_kwargs)),
-                         verl_engine_settings(mode, cfg.trainer.v1[mode]))
+                         verl_engine_settings(mode, cfg.trainer.v1[BASE_MODE]))
+        assert check_verl_config(cfg) == {}
 
 
 def test_documented_lag_schedules_are_sat_ext_lags():
-    """The lag-8 file's comment states sat_ext.lag's interval schedule: 0..7 optimizer steps."""
+    """The lag-8 file's comment states sat_ext.lag's interval schedule with one batch ahead: 1..8 steps."""
     from sat_ext.lag.schedule import scheduled_lag
 
-    assert [scheduled_lag(s, 8, 0) for s in range(9, 17)] == [(0, k) for k in range(8)]
-    assert "lags\n#   0, 1, ..., 7 (mean 3.5)" in (CONFIG_DIR / "lag" / "lag8.yaml").read_text()
+    assert [scheduled_lag(s, 8, 1)[1] for s in range(10, 18)] == list(range(1, 9))
+    assert "lags\n#   1, 2, ..., 8 (mean 4.5)" in (CONFIG_DIR / "lag" / "lag8.yaml").read_text()
 
 
 # ------------------------------------------------------------------------------------------------- run.sh
@@ -393,7 +392,7 @@ def _dry_run(*args: str, **env: str) -> list[str]:
 
 def test_run_sh_builds_the_main_ppo_command():
     cmd = _dry_run("sat_gspo_r3_lag8", "trainer.logger=[console,wandb]", TRAIN_NNODES="2", GPUS_PER_NODE="4")
-    assert cmd[1:7] == ["-m", "verl.trainer.main_ppo", "--config-path", str(CONFIG_DIR), "--config-name",
+    assert cmd[1:7] == ["-m", "sat_ext.verl.main_ppo", "--config-path", str(CONFIG_DIR), "--config-name",
                         "sat_gspo_r3_lag8"]
     assert cmd[7:] == ["trainer.nnodes=2", "trainer.n_gpus_per_node=4",
                        "actor_rollout_ref.rollout.n_gpus_per_node=4", "trainer.logger=[console,wandb]"]
@@ -416,7 +415,7 @@ BACKGROUND_USERS = ("test_main_ppo_cli_composes_the_variant",)
 
 
 def start_background():
-    """The real entry point: run.sh -> python -m verl.trainer.main_ppo ... --cfg job (prints, then exits)."""
+    """The real entry point: run.sh -> python -m sat_ext.verl.main_ppo ... --cfg job (prints, then exits)."""
     from _background import start
 
     def build(workdir: Path) -> list[str]:
@@ -435,4 +434,4 @@ def test_main_ppo_cli_composes_the_variant():
     assert pl._target_ == SAT_TARGET and pl.loss_mode == "sat_gspo" and pl.sat_gspo_gate_level == "broadcast"
     assert cfg.data.train_files == "/data/sat_aime_test/train.parquet"
     assert cfg.actor_rollout_ref.actor.megatron.router_replay.mode == "R3"
-    assert cfg.trainer.v1.sampler.custom_sampler.name == "LagBoundedReplayBuffer"
+    assert cfg.trainer.v1.sampler.custom_sampler.name == "SATLagReplayBuffer"

@@ -1,4 +1,4 @@
-"""A seeded, tick-based simulation of producers and a trainer around one LagController (virtual clock)."""
+"""A seeded, tick-based simulation of producers and a trainer around one LagController (simulated time)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,7 @@ class SimResult:
     metrics: list[dict[str, float]] = field(default_factory=list)
     max_outstanding: int = 0
     started: int = 0
-    killed_claims: int = 0
     controller: LagController | None = None
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def simulate(
@@ -35,7 +26,6 @@ def simulate(
     straggler_prob: float = 0.1,
     straggler_factor: float = 8.0,
     train_time: tuple[float, float] = (0.5, 1.5),
-    death_prob: float = 0.0,
     slow_producers: int = 1,
     dt: float = 0.1,
     max_ticks: int = 200_000,
@@ -43,27 +33,23 @@ def simulate(
     """Run until the trainer has completed ``steps`` steps; producers generate with partial-rollout spans.
 
     Producer i is ``straggler_factor`` times slower when i < slow_producers; any sample may straggle with
-    ``straggler_prob``; a producer dies mid-sample with ``death_prob`` (its claim is simply abandoned and a
-    replacement producer starts).
+    ``straggler_prob``.
     """
     rng = random.Random(seed)
-    clock = _Clock()
-    ctl = LagController(cfg, clock=clock)
+    ctl = LagController(cfg)
     res = SimResult(controller=ctl)
-    busy: list[tuple[object, float, bool] | None] = [None] * producers  # (claim, done_at, dies)
+    now = 0.0
+    busy: list[tuple[object, float] | None] = [None] * producers  # (claim, done_at)
     trainer_state, trainer_until, batch = "take", 0.0, None
     for _ in range(max_ticks):
-        clock.now += dt
+        now += dt
         for i in range(producers):
             job = busy[i]
             if job is not None:
-                claim, done_at, dies = job
-                if clock.now >= done_at:
+                claim, done_at = job
+                if now >= done_at:
                     busy[i] = None
-                    if dies:
-                        res.killed_claims += 1
-                    else:
-                        ctl.submit(claim, ("payload", claim.sample_id), VersionSpan(claim.version, ctl.version))
+                    ctl.submit(claim, ("payload", claim.sample_id), VersionSpan(claim.version, ctl.version))
             if busy[i] is None:
                 claim = ctl.claim()
                 if claim is not None:
@@ -73,17 +59,15 @@ def simulate(
                         duration *= straggler_factor
                     if rng.random() < straggler_prob:
                         duration *= straggler_factor
-                    dies = rng.random() < death_prob
-                    busy[i] = (claim, clock.now + (duration / 2 if dies else duration), dies)
-        stats = ctl.stats()
-        res.max_outstanding = max(res.max_outstanding, stats["open"] + stats["ready"])
+                    busy[i] = (claim, now + duration)
+        res.max_outstanding = max(res.max_outstanding, ctl.stats()["open"])
         if trainer_state == "take":
             batch = ctl.take()
             if batch is not None:
                 for s in batch:
                     res.consumed.append((ctl.steps_done + 1, s.sample_id, s.lag, s.lag_steps))
-                trainer_state, trainer_until = "train", clock.now + rng.uniform(*train_time)
-        elif trainer_state == "train" and clock.now >= trainer_until:
+                trainer_state, trainer_until = "train", now + rng.uniform(*train_time)
+        elif trainer_state == "train" and now >= trainer_until:
             trainer_state = "sync" if ctl.complete_step() else "done"
         if trainer_state == "sync" and ctl.sync_allowed():
             ctl.record_sync()

@@ -18,7 +18,7 @@ from sat_ext.lag import EngineSettings, LagConfig, LagConfigError, check_compati
         ({"mode": "sometimes"}, "lag.mode must be one of off|bounded|interval, got 'sometimes'"),
         (
             {"mode": "bounded", "max_lag": 2, "over_bound": "keep"},
-            "lag.over_bound must be one of drop|regenerate, got 'keep'",
+            "lag.over_bound must be one of wait|drop|regenerate, got 'keep'",
         ),
         (
             {"mode": "interval", "interval": 2, "max_lag": 3},
@@ -34,8 +34,6 @@ from sat_ext.lag import EngineSettings, LagConfig, LagConfigError, check_compati
         ),
         ({"mode": "interval", "interval": 2, "prefetch": -1}, "lag.prefetch must be an integer >= 0, got -1"),
         ({"batch_size": 0}, "lag.batch_size must be an integer >= 1, got 0"),
-        ({"lease_s": 0}, "lag.lease_s must be a finite number of seconds > 0, got 0"),
-        ({"lease_s": float("inf")}, "lag.lease_s must be a finite number of seconds > 0, got inf"),
         ({"max_outstanding": 0}, "lag.max_outstanding must be an integer >= 1 or null, got 0"),
         (
             {"hist_edges": [1, 2]},
@@ -47,7 +45,7 @@ from sat_ext.lag import EngineSettings, LagConfig, LagConfigError, check_compati
         ),
         (
             {"max_lags": 3},
-            "lag.max_lags is not a lag setting (known: batch_size, hist_edges, interval, lease_s, max_lag, "
+            "lag.max_lags is not a lag setting (known: batch_size, hist_edges, interval, max_lag, "
             "max_outstanding, mode, over_bound, prefetch), got 3",
         ),
     ],

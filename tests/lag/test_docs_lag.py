@@ -20,4 +20,6 @@ def test_lag_doc_bash_example_uses_the_real_helper():
     code = re.search(r'python -c "(.*?)"\)', bash, flags=re.S).group(1).replace("\\\n", "")
     namespace: dict = {}
     exec(code.replace("print(", "result = (", 1), namespace)
-    assert "trainer.v1.sampler.max_off_policy_threshold=9" in namespace["result"].split()
+    words = namespace["result"].split()
+    assert "trainer.v1.trainer_mode=sat_separate_async" in words and "trainer.test_freq=1" in words
+    assert "trainer.v1.separate_async.num_warmup_batches=0.125" in words  # one batch of 256 ahead

@@ -1,4 +1,4 @@
-"""The lag block's verl overrides compose with verl 0.9.1's real Hydra configs, with no unknown keys."""
+"""The lag block's verl overrides compose with verl 0.9.1's real Hydra configs, and the whole-config checks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from sat_ext.lag import LagConfig, LagConfigError, check_compatible  # noqa: E402
-from sat_ext.lag.verl_overrides import SAMPLER_NAME, SAMPLER_PATH, verl_engine_settings, verl_overrides  # noqa: E402
+from sat_ext.verl.lag_overrides import (  # noqa: E402
+    BASE_MODE,
+    SAMPLER_NAME,
+    SAMPLER_PATH,
+    TRAINER_MODE,
+    check_verl_config,
+    verl_engine_settings,
+    verl_overrides,
+)
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 
@@ -22,48 +30,56 @@ def _compose(config_name: str, overrides: list[str]):
 
 
 def _engine(cfg):
-    mode = cfg.trainer.v1.trainer_mode
-    return verl_engine_settings(mode, cfg.trainer.v1[mode])
+    return verl_engine_settings(cfg.trainer.v1.trainer_mode, cfg.trainer.v1[BASE_MODE])
+
+
+def _lag(cfg) -> LagConfig:
+    return LagConfig.from_dict(OmegaConf.to_container(cfg.trainer.v1.sampler.sampler_kwargs))
 
 
 @pytest.mark.parametrize("config_name", ["ppo_trainer", "ppo_megatron_trainer"])
-def test_bounded_overrides_compose(config_name):
-    lag = LagConfig(mode="bounded", max_lag=8)
+@pytest.mark.parametrize("over_bound", ["wait", "drop"])
+def test_bounded_overrides_compose(config_name, over_bound):
+    lag = LagConfig(mode="bounded", max_lag=8, over_bound=over_bound)
     overrides = verl_overrides(lag, train_batch_size=256)
     # only the free-form sampler_kwargs are new keys; every other override must exist in verl's schema
     assert all(o.startswith("+trainer.v1.sampler.sampler_kwargs.") for o in overrides if o.startswith("+"))
     cfg = _compose(config_name, overrides)
     v1 = cfg.trainer.v1
-    assert cfg.trainer.use_v1 is True and v1.trainer_mode == "separate_async"
+    assert cfg.trainer.use_v1 is True and v1.trainer_mode == TRAINER_MODE
     assert (v1.sampler.custom_sampler.path, v1.sampler.custom_sampler.name) == (SAMPLER_PATH, SAMPLER_NAME)
-    assert v1.sampler.max_off_policy_threshold == 9 and v1.sampler.max_off_policy_strategy == "drop"
+    assert v1.sampler.max_off_policy_threshold is None  # the sampler's exact rule replaces verl's span rule
     assert v1.separate_async.parameter_sync_step == 1 and v1.separate_async.num_warmup_batches == 1
+    assert cfg.actor_rollout_ref.hybrid_engine is False
+    assert cfg.algorithm.rollout_correction.bypass_mode is True  # a bounded batch mixes versions
     # verl's separate_async asserts train_batch_size == parameter_sync_step * ppo_mini_batch_size
     assert cfg.data.train_batch_size == 256 == cfg.actor_rollout_ref.actor.ppo_mini_batch_size
-    assert LagConfig.from_dict(OmegaConf.to_container(v1.sampler.sampler_kwargs)) == lag
+    assert _lag(cfg) == lag
     check_compatible(lag, _engine(cfg))
+    assert check_verl_config(cfg) == {}
 
 
 @pytest.mark.parametrize("config_name", ["ppo_trainer", "ppo_megatron_trainer"])
-def test_interval_overrides_compose(config_name):
-    lag = LagConfig(mode="interval", interval=8)
-    cfg = _compose(config_name, verl_overrides(lag, train_batch_size=256))
+@pytest.mark.parametrize("interval,prefetch", [(8, 1), (8, 0), (1, 1), (4, 2)])
+def test_interval_overrides_compose(config_name, interval, prefetch):
+    lag = LagConfig(mode="interval", interval=interval, prefetch=prefetch)
+    cfg = _compose(config_name, verl_overrides(lag, train_batch_size=256, eval_every=8))
     v1 = cfg.trainer.v1
-    assert v1.separate_async.parameter_sync_step == 8 and v1.separate_async.num_warmup_batches == 0
-    assert v1.sampler.max_off_policy_threshold is None
-    assert cfg.data.train_batch_size == 8 * 256 and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 256
-    assert LagConfig.from_dict(OmegaConf.to_container(v1.sampler.sampler_kwargs)) == lag
+    assert v1.separate_async.parameter_sync_step == interval
+    # verl submits floor(num_warmup_batches * train_batch_size) warm-up prompts: exactly `prefetch` batches
+    assert int(v1.separate_async.num_warmup_batches * cfg.data.train_batch_size) == prefetch * 256
+    assert cfg.data.train_batch_size == interval * 256 and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 256
+    assert cfg.trainer.test_freq * interval == 8  # the same optimizer-step cadence at every lag
+    assert cfg.algorithm.rollout_correction.bypass_mode is False  # the paper's trainer-side denominator
+    assert _lag(cfg) == lag
     engine = _engine(cfg)
-    assert (engine.sync_every, engine.prefetch_steps) == (8, 0)
+    assert (engine.sync_every, engine.prefetch_steps, engine.partial_rollout) == (interval, prefetch, False)
     check_compatible(lag, engine)
 
 
-def test_colocate_async_bounded_overrides_compose():
-    lag = LagConfig(mode="bounded", max_lag=0)
-    cfg = _compose("ppo_trainer", verl_overrides(lag, train_batch_size=32, trainer_mode="colocate_async"))
-    assert cfg.trainer.v1.trainer_mode == "colocate_async"
-    assert cfg.trainer.v1.colocate_async.num_warmup_batches == 0  # lag 0: rollout may not run ahead
-    check_compatible(lag, _engine(cfg))
+def test_the_rollout_denominator_is_a_choice_in_interval_mode():
+    cfg = _compose("ppo_trainer", verl_overrides({"mode": "interval", "interval": 8}, 64, denominator="rollout"))
+    assert cfg.algorithm.rollout_correction.bypass_mode is True
 
 
 def test_off_mode_changes_nothing():
@@ -78,22 +94,73 @@ def test_user_settings_that_break_the_bound_are_named():
     cfg = _compose("ppo_trainer", verl_overrides(lag, 64) + ["trainer.v1.separate_async.parameter_sync_step=4"])
     with pytest.raises(LagConfigError, match=r"^trainer\.v1\.separate_async\.parameter_sync_step must be 1"):
         check_compatible(lag, _engine(cfg))
+    interval = LagConfig(mode="interval", interval=8, prefetch=1)
+    cfg = _compose("ppo_trainer", verl_overrides(interval, 64) + ["trainer.v1.separate_async.num_warmup_batches=0.3"])
+    with pytest.raises(LagConfigError, match=r"^trainer\.v1\.separate_async\.num_warmup_batches must be a whole"):
+        _engine(cfg)
+
+
+def test_verl_s_own_partial_rollout_trainer_is_refused_for_interval_prefetch():
+    lag = LagConfig(mode="interval", interval=8, prefetch=1)
+    cfg = _compose("ppo_trainer", verl_overrides(lag, 64) + [f"trainer.v1.trainer_mode={BASE_MODE}"])
+    with pytest.raises(LagConfigError, match=r"partial rollout.*breaks lag\.mode=interval with lag\.prefetch > 0"):
+        check_compatible(lag, _engine(cfg))
 
 
 @pytest.mark.parametrize(
     "block,kwargs,message",
     [
         ({"mode": "bounded", "max_lag": 2, "over_bound": "regenerate"}, {}, "lag.over_bound is not available on verl"),
-        ({"mode": "interval", "interval": 2, "prefetch": 1}, {}, "lag.prefetch must be 0 on verl"),
-        (
-            {"mode": "interval", "interval": 2},
-            {"trainer_mode": "colocate_async"},
-            "trainer.v1.trainer_mode must be separate_async",
-        ),
-        ({"mode": "bounded", "max_lag": 2}, {"trainer_mode": "sync"}, "trainer.v1.trainer_mode must be one of"),
+        ({"mode": "interval", "interval": 2}, {"denominator": "engine"}, "denominator must be one of"),
+        ({"mode": "interval", "interval": 2}, {"eval_every": 5}, "eval_every must be a multiple of the broadcast"),
         ({"mode": "bounded", "max_lag": 2, "bogus": 1}, {}, "lag.bogus is not a lag setting"),
+        ({"mode": "bounded", "max_lag": 2}, {"train_batch_size": 0}, "data.train_batch_size must be an integer"),
     ],
 )
 def test_translation_errors(block, kwargs, message):
+    kwargs = {"train_batch_size": 64, **kwargs}
     with pytest.raises(LagConfigError, match="^" + message.replace(".", r"\.")):
-        verl_overrides(block, train_batch_size=64, **kwargs)
+        verl_overrides(block, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "lag,extra,key",
+    [
+        ({"mode": "bounded", "max_lag": 1}, ["actor_rollout_ref.hybrid_engine=true"], "actor_rollout_ref.hybrid_engine"),
+        (
+            {"mode": "bounded", "max_lag": 1},
+            ["algorithm.rollout_correction.bypass_mode=false"],
+            "algorithm.rollout_correction.bypass_mode",
+        ),
+        (
+            {"mode": "interval", "interval": 8, "prefetch": 1},
+            ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"],
+            "algorithm.filter_groups.enable",
+        ),
+        (
+            {"mode": "bounded", "max_lag": 1},
+            ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=null"],
+            "algorithm.filter_groups.metric",
+        ),
+        (
+            {"mode": "bounded", "max_lag": 1},
+            ["trainer.v1.sampler.custom_sampler.name=ReplayBufferAsync"],
+            "trainer.v1.sampler.custom_sampler.name",
+        ),
+    ],
+)
+def test_whole_config_checks_name_the_key(lag, extra, key):
+    cfg = _compose("ppo_trainer", verl_overrides(lag, 64) + extra)
+    with pytest.raises(LagConfigError) as err:
+        check_verl_config(cfg)
+    assert err.value.key == key
+
+
+def test_filter_groups_is_forwarded_in_bounded_mode():
+    overrides = verl_overrides({"mode": "bounded", "max_lag": 2}, 64)
+    cfg = _compose("ppo_trainer", overrides + ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"])
+    assert check_verl_config(cfg) == {"filter_groups_metric": "acc"}
+
+
+def test_a_plain_verl_config_is_not_checked():
+    assert check_verl_config(_compose("ppo_trainer", [])) == {}

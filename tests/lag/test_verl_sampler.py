@@ -1,4 +1,4 @@
-"""LagBoundedReplayBuffer with verl 0.9.1's real classes and a real TransferQueue on a CPU Ray cluster.
+"""SATLagReplayBuffer with verl 0.9.1's real classes and a real TransferQueue on a CPU Ray cluster.
 
 Needs the ``transfer_queue`` package (verl's ``verl-core`` extra: TransferQueue plus pyzmq, msgspec,
 cachetools, uvicorn, fastapi, starlette); skipped without it.
@@ -10,6 +10,7 @@ import os
 import uuid
 
 import pytest
+import ray
 
 pytest.importorskip("verl")
 tq = pytest.importorskip("transfer_queue")
@@ -19,9 +20,13 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import get_trainer_cls  # noqa: E402
 
+from ._verl_rollout import Rollout, drive  # noqa: E402
+
 from sat_ext.lag import LagConfig, LagConfigError  # noqa: E402
-from sat_ext.lag.verl_overrides import verl_overrides  # noqa: E402
-from sat_ext.lag.verl_sampler import LagBoundedReplayBuffer  # noqa: E402
+from sat_ext.lag.schedule import scheduled_version  # noqa: E402
+from sat_ext.verl.lag_overrides import BASE_MODE, TRAINER_MODE, verl_overrides  # noqa: E402
+from sat_ext.verl.lag_sampler import SATLagReplayBuffer  # noqa: E402
+from sat_ext.verl.lag_trainer import SATSeparateAsyncTrainer, batch_version, kept_versions  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 GPU_FREE = [
@@ -53,18 +58,27 @@ def _compose(overrides):
         return compose(config_name="ppo_trainer", overrides=overrides + GPU_FREE)
 
 
-def _sampler(lag: LagConfig, refills: list[int], stock: bool = False):
-    cfg = _compose(verl_overrides(lag, train_batch_size=2))
+def _sampler(lag: LagConfig, refills: list[int] | None = None, stock: bool = False, batch_size: int = 2):
+    cfg = _compose(verl_overrides(lag, train_batch_size=batch_size))
     sampler = cfg.trainer.v1.sampler
-    cls = ReplayBufferAsync if stock else LagBoundedReplayBuffer
-    return cls(
+    if stock:  # verl's own sampler with its span rule at the same bound
+        return ReplayBufferAsync(
+            trainer_mode=BASE_MODE,
+            trainer_config=cfg.trainer.v1.separate_async,
+            max_off_policy_threshold=lag.max_lag + 1,
+            max_off_policy_strategy="drop",
+            sampler_kwargs={},
+            refill_fn=(refills if refills is not None else []).append,
+            poll_interval=0.005,
+        )
+    return SATLagReplayBuffer(
         trainer_mode=cfg.trainer.v1.trainer_mode,
         trainer_config=cfg.trainer.v1.separate_async,
         max_off_policy_threshold=sampler.max_off_policy_threshold,
         max_off_policy_strategy=sampler.max_off_policy_strategy,
         sampler_kwargs=sampler.sampler_kwargs,
-        refill_fn=refills.append,
-        poll_interval=0.05,
+        refill_fn=(refills if refills is not None else []).append,
+        poll_interval=0.005,
     )
 
 
@@ -88,12 +102,24 @@ def _put_group(prompt_step: int, oldest: list[int], newest: int | None = None) -
     return uid
 
 
+
 def test_verl_trainer_builds_the_sampler_through_its_custom_sampler_hook(transfer_queue):
-    cfg = _compose(verl_overrides({"mode": "interval", "interval": 4}, train_batch_size=8))
-    trainer = get_trainer_cls("separate_async")(cfg)  # verl's own constructor and assertions, no GPU touched
-    assert isinstance(trainer.replay_buffer, LagBoundedReplayBuffer)
-    assert trainer.replay_buffer.lag == LagConfig(mode="interval", interval=4)
-    assert trainer.replay_buffer.sync_every == 4
+    lag = LagConfig(mode="interval", interval=4, prefetch=1)
+    cfg = _compose(verl_overrides(lag, train_batch_size=8))
+    trainer = get_trainer_cls(TRAINER_MODE)(cfg)  # verl's own constructor and assertions, no GPU touched
+    assert isinstance(trainer, SATSeparateAsyncTrainer) and isinstance(trainer.replay_buffer, SATLagReplayBuffer)
+    assert trainer.replay_buffer.lag == lag and trainer.replay_buffer.sync_every == 4
+    assert trainer.parameter_sync_step == 4  # verl's base class read it from the mirrored block
+    assert trainer.bypass is False and trainer._enable_hybrid_replicas is False
+
+
+def test_trainer_forwards_filter_groups_in_bounded_mode(transfer_queue):
+    cfg = _compose(
+        verl_overrides({"mode": "bounded", "max_lag": 1}, train_batch_size=8)
+        + ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
+    )
+    trainer = get_trainer_cls(TRAINER_MODE)(cfg)
+    assert trainer.replay_buffer.filter_groups_metric == "acc"  # verl's DAPO eviction runs in the sampler
 
 
 def test_sampler_rejects_a_warmup_that_breaks_the_bound(transfer_queue):
@@ -102,18 +128,35 @@ def test_sampler_rejects_a_warmup_that_breaks_the_bound(transfer_queue):
         + ["trainer.v1.separate_async.num_warmup_batches=2"]
     )
     with pytest.raises(LagConfigError, match="num_warmup_batches"):
-        get_trainer_cls("separate_async")(cfg)
+        get_trainer_cls(TRAINER_MODE)(cfg)
 
 
-def test_bounded_sampler_evicts_by_token_lag_not_by_submission(clean_partition):
-    lag = LagConfig(mode="bounded", max_lag=1)
+def test_kept_weights_cover_every_batch_of_the_window():
+    for n, p in [(1, 1), (8, 1), (8, 0), (4, 6)]:
+        cfg = LagConfig(mode="interval", interval=n, prefetch=p)
+        for t in range(1, 12):  # global step t: trainer steps (t-1)n+1 .. tn, trainer weights version t-1
+            needed = {scheduled_version(s, n, p) for s in range((t - 1) * n + 1, t * n + 1)}
+            assert needed <= set(kept_versions(cfg, t - 1)), (n, p, t)
+    assert len(kept_versions(LagConfig(mode="interval", interval=8, prefetch=1), 5)) == 2  # the paper's lag 8
+
+
+def test_batch_version_refuses_a_mixed_batch():
+    assert batch_version([{"min_global_steps": 3, "max_global_steps": 3}] * 2) == 3
+    with pytest.raises(RuntimeError, match="one weight version"):
+        batch_version([{"min_global_steps": 2, "max_global_steps": 3}])
+    with pytest.raises(RuntimeError, match="one weight version"):
+        batch_version([{"min_global_steps": 2, "max_global_steps": 2}, {"min_global_steps": 3, "max_global_steps": 3}])
+
+
+def test_drop_mode_evicts_by_token_lag_and_counts_lengths(clean_partition):
+    lag = LagConfig(mode="bounded", max_lag=1, over_bound="drop")
     # at global step 4 the trainer trains on version 3
     fresh = _put_group(prompt_step=3, oldest=[2, 3])  # lags 1, 0
     late_start = _put_group(prompt_step=1, oldest=[3, 3])  # submitted long ago, generated on version 3: lag 0
     stale = _put_group(prompt_step=2, oldest=[1, 2], newest=3)  # one trajectory started on version 1: lag 2
     refills: list[int] = []
     sampler = _sampler(lag, refills)
-    stock = _sampler(lag, [], stock=True)
+    stock = _sampler(lag, stock=True)
 
     stock._sync_metadata_from_transfer_queue()
     assert stock._stale_terminal_keys(4, "train") == {late_start, stale}  # verl's span rule (threshold L+1 = 2)
@@ -133,27 +176,79 @@ def test_bounded_sampler_evicts_by_token_lag_not_by_submission(clean_partition):
     assert fresh not in remaining and late_start not in remaining  # the sampled prompts were released
 
 
-def test_bounded_sampler_falls_back_to_the_submission_step_without_version_tags(clean_partition):
+def test_fallback_to_the_submission_step_without_version_tags(clean_partition):
     uid = str(uuid.uuid4())
     tq.kv_batch_put(
         keys=[uid], partition_id="train", tags=[{"is_prompt": True, "status": "finished", "global_steps": 2}]
     )
     tq.kv_batch_put(keys=[f"{uid}_0_0"], partition_id="train", tags=[{"status": "success", "global_steps": 2}])
-    sampler = _sampler(LagConfig(mode="bounded", max_lag=1), [])
+    sampler = _sampler(LagConfig(mode="bounded", max_lag=1, over_bound="drop"))
     sampler._sync_metadata_from_transfer_queue()
     assert sampler._stale_terminal_keys(3, "train") == set()  # oldest <= 1: lag (3-1) - 1 = 1
     assert sampler._stale_terminal_keys(4, "train") == {uid}  # lag 2
 
 
-def test_interval_sampler_logs_the_schedule_once_per_global_step(clean_partition):
-    lag = LagConfig(mode="interval", interval=2)
-    for _ in range(4):
-        _put_group(prompt_step=3, oldest=[2])
-    sampler = _sampler(lag, [])
-    _, first = sampler.sample(global_steps=3, partition_id="train", batch_size=2)
-    assert not any(k.startswith("lag/") for k in first)  # metrics come with the last local update
-    _, second = sampler.sample(global_steps=3, partition_id="train", batch_size=2)
-    # four trajectories on version 2 at global step 3: local updates 0 and 1 -> lag in steps 0 and 1
-    assert (second["lag/max"], second["lag/steps/min"], second["lag/steps/max"]) == (0.0, 0.0, 1.0)
-    assert second["lag/consumed"] == 4.0 and second["lag/trainer_step"] == 6.0
-    assert (second["lag/scheduled_steps"], second["lag/off_schedule"]) == (1.0, 0.0)
+def test_wait_mode_takes_the_oldest_submission_even_when_later_ones_finished(clean_partition):
+    sampler = _sampler(LagConfig(mode="bounded", max_lag=1))
+    straggler = str(uuid.uuid4())
+    tq.kv_batch_put(
+        keys=[straggler], partition_id="train", tags=[{"is_prompt": True, "status": "running", "global_steps": 1}]
+    )
+    quick = [_put_group(prompt_step=2, oldest=[1]) for _ in range(3)]
+    sampler._sync_metadata_from_transfer_queue()
+    assert sampler._select_prompt_uids("train", set(quick), 2)[0]  # verl would take two quick groups now
+    from sat_ext.lag.batches import next_batch
+
+    assert next_batch(sampler._group_states("train"), 2) is None  # sat_ext waits for the straggler
+
+    tq.kv_batch_put(keys=[f"{straggler}_0_0"], partition_id="train",
+                    tags=[{"status": "success", "global_steps": 1, "min_global_steps": 0, "max_global_steps": 1}])
+    tq.kv_put(key=straggler, partition_id="train", tag={"status": "finished"})
+    batch, metrics = sampler.sample(global_steps=2, partition_id="train", batch_size=2)
+    taken = {k.split("_")[0] for k in batch.keys}
+    assert straggler in taken and len(taken) == 2 and metrics["lag/max"] == 1.0 and metrics["lag/dropped"] == 0.0
+
+
+def _run(lag: LagConfig, batch_size: int, global_steps: int, seed: int, fail_rate: float = 0.0, slots: int = 3):
+    sampler = _sampler(lag, batch_size=batch_size)
+    rollout = Rollout.remote(slots=slots, n=2, seed=seed, median_s=0.004, sigma=1.5, fail_rate=fail_rate,
+                             straggler_every=7)
+    try:
+        warmup = lag.prefetch * batch_size if lag.mode == "interval" else min(lag.max_lag, 1) * batch_size
+        return drive(sampler, rollout, global_steps, lag.sync_every, batch_size, warmup, drain=lag.mode == "interval")
+    finally:
+        ray.get(rollout.close.remote())
+        ray.kill(rollout)
+
+
+@pytest.mark.parametrize("interval,prefetch", [(1, 1), (4, 1), (4, 0)])
+def test_interval_mode_is_batch_wise_under_long_tailed_finish_times(clean_partition, interval, prefetch):
+    lag = LagConfig(mode="interval", interval=interval, prefetch=prefetch)
+    res = _run(lag, batch_size=3, global_steps=4, seed=interval * 10 + prefetch, fail_rate=0.1)
+    for c in res.consumed:
+        trainer_step = (c.global_step - 1) * interval + c.local + 1
+        version = batch_version(c.tags)  # one version generated the whole batch (no partial rollout)
+        assert version == scheduled_version(trainer_step, interval, prefetch)
+        assert len(c.tags) == 3 * 2  # B groups of rollout.n trajectories: nothing dropped
+    # after the first window, the k-th batch generated by a broadcast is trained k steps later (k-1 without prefetch)
+    lags = [((c.global_step - 1) * interval + c.local) - batch_version(c.tags) * interval for c in res.consumed]
+    window = lags[interval:]
+    assert sorted(set(window)) == list(range(prefetch, interval + prefetch)) or interval == 1 and window == [1] * 3
+    assert all(m["lag/off_schedule"] == 0.0 and m["lag/dropped_total"] == 0.0 for m in res.metrics)
+    # which groups form a batch is fixed at submission (uid order), not by which finished first
+    assert res.fifo_violations() == 0
+
+
+@pytest.mark.parametrize("over_bound", ["wait", "drop"])
+def test_bounded_mode_never_trains_over_the_bound(clean_partition, over_bound):
+    lag = LagConfig(mode="bounded", max_lag=1, over_bound=over_bound)
+    res = _run(lag, batch_size=3, global_steps=12, seed=7, slots=6)  # rollout may run up to 2 batches ahead
+    lags = [(c.global_step - 1) - t["min_global_steps"] for c in res.consumed for t in c.tags]
+    assert max(lags) <= 1
+    dropped = res.metrics[-1]["lag/dropped_total"]
+    if over_bound == "wait":
+        assert dropped == 0.0 and all(len(c.tags) == 3 * 2 for c in res.consumed)
+        assert res.fifo_violations() == 0
+    else:  # verl's order: what finished first; the stragglers cross the bound and are dropped, with their lengths
+        assert dropped > 0 and res.fifo_violations() > 0
+        assert res.metrics[-1]["lag/dropped_total"] == sum(m["lag/dropped"] for m in res.metrics)

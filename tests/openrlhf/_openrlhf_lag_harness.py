@@ -195,6 +195,7 @@ def cli_cases(paths):
         "bounded2": a + ["--lag.mode", "bounded", "--lag.max_lag", "2"],
         "bounded2_q1": a + ["--lag.mode", "bounded", "--lag.max_lag", "2", "--train.async_queue_size", "1"],
         "bounded1": a + ["--lag.mode", "bounded", "--lag.max_lag", "1"],
+        "bounded1_drop": a + ["--lag.mode", "bounded", "--lag.max_lag", "1", "--lag.over_bound", "drop"],
         "bounded1_regen": a + ["--lag.mode", "bounded", "--lag.max_lag", "1", "--lag.over_bound", "regenerate"],
         "interval3": a + ["--lag.mode", "interval", "--lag.interval", "3"],
         "interval2_p1_eval": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "1"] + evaluation,
@@ -408,7 +409,7 @@ def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
 SCENARIOS = {
     # name: (CLI case, forced --train.async_queue_size or None, generation delay per prompt, training delay)
     "bounded2": ("bounded2", None, 0.005, 0.12),
-    "bounded1_drop_q3": ("bounded1", 3, 0.005, 0.12),
+    "bounded1_drop_q3": ("bounded1_drop", 3, 0.005, 0.12),
     "bounded1_regenerate_q3": ("bounded1_regen", 3, 0.005, 0.12),
     "interval3": ("interval3", None, 0.01, 0.05),
     "off_slow_rollout": ("off", 2, 0.1, 0.02),

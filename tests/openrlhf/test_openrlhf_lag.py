@@ -173,7 +173,7 @@ def test_help_lists_the_lag_flags(cli):
     assert (cli["help"]["outcome"], cli["help"]["code"]) == ("exit", 0)
     out = cli["help"]["stdout"]
     for flag in ("--lag.mode {off,bounded,interval}", "--lag.max_lag", "--lag.interval", "--lag.prefetch",
-                 "--lag.over_bound {drop,regenerate}", "--lag.hist_edges"):
+                 "--lag.over_bound {wait,drop,regenerate}", "--lag.hist_edges"):
         assert flag in out
 
 

@@ -1,0 +1,198 @@
+"""verl 0.9.1 V1 replay buffer with sat_ext's lag rules, plugged in with ``trainer.v1.sampler.custom_sampler``.
+
+Selected by :func:`sat_ext.verl.lag_overrides.verl_overrides`; its settings arrive as
+``trainer.v1.sampler.sampler_kwargs`` (the fields of :class:`~sat_ext.lag.config.LagConfig`, plus
+``filter_groups_metric``, which :mod:`sat_ext.verl.main_ppo` forwards from ``algorithm.filter_groups``).
+
+At verl global step t the trainer trains on weights version t - 1 (one broadcast per global step). A
+trajectory's oldest version is its ``min_global_steps`` tag, or, when the engine did not report one,
+``prompt global_steps - 1`` (the weights at submission, never newer than the real oldest).
+
+Which groups a local update takes (:mod:`sat_ext.lag.batches`):
+
+- interval mode and bounded ``wait``: the first ``batch_size`` groups in submission order (step, then uid: a
+  random order fixed at submission), once all of them have finished, so a batch's lag never depends on its
+  response lengths; failed (and, in bounded mode, DAPO-filtered) groups are evicted and refilled as verl does;
+- bounded ``drop``: verl's own order (oldest finished groups first), and a group with any trajectory over
+  ``lag.max_lag`` is evicted, refilled, and counted with its response lengths.
+
+Metrics (:class:`sat_ext.lag.LagMetrics`, counted per trajectory, without ``lag/producer_idle_s``) are
+returned by the last ``sample`` call of each global step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+
+from omegaconf import DictConfig, OmegaConf
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync, _accumulate_eviction_metrics
+from verl.utils.skip import SkipManager
+
+from sat_ext.lag.batches import GroupState, next_batch, over_bound, waits_for_stragglers
+from sat_ext.lag.config import LagConfig, check_compatible
+from sat_ext.lag.metrics import LagMetrics
+from sat_ext.lag.schedule import scheduled_lag
+from sat_ext.lag.versions import VersionSpan, lag_in_steps, sample_lag
+
+from .lag_overrides import verl_engine_settings
+
+FILTER_KEY = "filter_groups_metric"
+
+
+class SATLagReplayBuffer(ReplayBufferAsync):
+    """``ReplayBufferAsync`` that takes batches by :mod:`sat_ext.lag.batches`' rules and records lags."""
+
+    def __init__(
+        self,
+        trainer_mode: str,
+        trainer_config: DictConfig,
+        max_off_policy_threshold: int | None,
+        max_off_policy_strategy: str,
+        sampler_kwargs: DictConfig,
+        **kwargs,
+    ):
+        block = OmegaConf.to_container(sampler_kwargs) if isinstance(sampler_kwargs, DictConfig) else dict(sampler_kwargs)
+        filter_metric = block.pop(FILTER_KEY, None)
+        self.lag = LagConfig.from_dict(block)
+        engine = verl_engine_settings(trainer_mode, trainer_config)
+        check_compatible(self.lag, engine)
+        super().__init__(
+            trainer_mode=trainer_mode,
+            trainer_config=trainer_config,
+            max_off_policy_threshold=max_off_policy_threshold,
+            max_off_policy_strategy=max_off_policy_strategy,
+            sampler_kwargs=sampler_kwargs,
+            filter_groups_metric=filter_metric,
+            **kwargs,
+        )
+        self.sync_every = engine.sync_every
+        self.lag_metrics = LagMetrics(
+            self.lag.hist_edges, interval_schedule=self.lag.mode == "interval", track_producer_idle=False
+        )
+        self._local_step = (None, 0)  # (global_steps, sample calls made at it)
+
+    # ------------------------------------------------------------------ groups as the lag rules see them
+
+    def _trajectory_span(self, partition_id: str, key: str, tag: dict) -> VersionSpan:
+        oldest, newest = tag.get("min_global_steps"), tag.get("max_global_steps")
+        if oldest is None:
+            uid = key.split("_")[0]
+            oldest = max(0, self.prompt_global_steps[partition_id].get(uid, tag.get("global_steps", 1)) - 1)
+        oldest = int(oldest)
+        return VersionSpan(oldest, max(oldest, int(newest if newest is not None else oldest)))
+
+    def _trajectories(self, partition_id: str, uids: set[str]) -> dict[str, list[tuple[VersionSpan, int]]]:
+        """(version span, response length) of each trajectory of the groups in ``uids``."""
+        out: dict[str, list[tuple[VersionSpan, int]]] = defaultdict(list)
+        for key, tag in self.partitions[partition_id].items():
+            uid = key.split("_")[0]
+            if uid in uids:
+                out[uid].append((self._trajectory_span(partition_id, key, tag), int(tag.get("response_len", 0))))
+        return out
+
+    def _group_states(self, partition_id: str) -> list[GroupState]:
+        """Every group of the partition that is pending, running or finished: submission step, finished or not."""
+        finished = self.finished_keys[partition_id]
+        live = self.pending_keys[partition_id] | self.running_keys[partition_id] | finished
+        steps = self.prompt_global_steps[partition_id]
+        return [GroupState(uid, int(steps.get(uid, 0)), uid in finished) for uid in live]
+
+    # ------------------------------------------------------------------ verl hooks
+
+    def _stale_terminal_keys(self, global_steps: int, partition_id: str) -> set[str]:
+        if partition_id == "val" or self.lag.mode != "bounded" or waits_for_stragglers(self.lag):
+            return set()
+        trajectories = self._trajectories(partition_id, set(self.finished_keys[partition_id]))
+        return {
+            uid
+            for uid, group in trajectories.items()
+            if any(over_bound(self.lag, sample_lag(global_steps - 1, span)) for span, _ in group)
+        }
+
+    def _evict_terminal_groups(
+        self,
+        global_steps: int,
+        partition_id: str,
+        eviction_reasons: tuple[set[str], set[str], set[str], Counter],
+    ) -> tuple[set[str], int, int, dict]:
+        stale_uids = eviction_reasons[0]
+        if stale_uids:
+            group = [t for ts in self._trajectories(partition_id, stale_uids).values() for t in ts]
+            self.lag_metrics.record_dropped(len(group), sum(length for _, length in group))
+        return super()._evict_terminal_groups(global_steps, partition_id, eviction_reasons)
+
+    def _evict_and_refill(self, global_steps: int, partition_id: str, metrics: dict) -> bool:
+        """One poll on fresh metadata: verl's eviction of failed / DAPO-filtered groups and its refill.
+
+        Returns whether nothing was evicted (else poll again: the refill changed the partition).
+        """
+        self._sync_metadata_from_transfer_queue()
+        reasons = self._terminal_eviction_reasons(global_steps, partition_id)
+        evicted, stale_count, _, new_metrics = self._evict_terminal_groups(global_steps, partition_id, reasons)
+        if evicted:
+            _accumulate_eviction_metrics(metrics, new_metrics, stale_count)
+            if self.refill_fn is not None:
+                self.refill_fn(len(evicted))
+        return not evicted
+
+    def _wait_for_fifo_batch(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[list[str], dict]:
+        """Poll until :func:`sat_ext.lag.batches.next_batch` releases a batch; evict and refill meanwhile."""
+        metrics: dict = {}
+        last_debug = time.time()
+        while True:
+            if self._evict_and_refill(global_steps, partition_id, metrics):
+                chosen = next_batch(self._group_states(partition_id), batch_size)
+                if chosen is not None:
+                    return [g.uid for g in chosen], metrics
+            last_debug = self._wait_for_next_poll(partition_id, last_debug)
+
+    def drain(self, global_steps: int, partition_id: str = "train") -> dict:
+        """Block until no prompt is pending or running (failed ones evicted and refilled meanwhile).
+
+        Called by :class:`sat_ext.verl.lag_trainer.SATSeparateAsyncTrainer` before each broadcast in interval
+        mode, so the prefetched batches are generated entirely by the weights being replaced.
+        """
+        metrics: dict = {}
+        last_debug = time.time()
+        while True:
+            clean = self._evict_and_refill(global_steps, partition_id, metrics)
+            if clean and not (self.pending_keys[partition_id] or self.running_keys[partition_id]):
+                return metrics
+            last_debug = self._wait_for_next_poll(partition_id, last_debug)
+
+    @SkipManager.annotate_tq(role="rollout_tq", phase="sample")
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        """Take one local update's batch by the lag rules; adds ``lag/*`` metrics once per global step."""
+        if partition_id == "val":
+            return super().sample(global_steps, partition_id, batch_size)
+        start = time.perf_counter()
+        if waits_for_stragglers(self.lag):
+            selected, metrics = self._wait_for_fifo_batch(global_steps, partition_id, batch_size)
+            snapshot = dict(self.partitions[partition_id])
+        else:
+            sampleable, metrics = self.wait_for_sampleable(global_steps, partition_id, batch_size)
+            selected, snapshot, _ = self._select_prompt_uids(partition_id, sampleable, batch_size)
+        self.lag_metrics.add_consumer_idle(time.perf_counter() - start)
+
+        last_step, calls = self._local_step
+        local = calls if last_step == global_steps else 0
+        self._local_step = (global_steps, local + 1)
+        steps_done = (global_steps - 1) * self.sync_every + local
+        scheduled = (
+            scheduled_lag(steps_done + 1, self.sync_every, self.lag.prefetch) if self.lag.mode == "interval" else None
+        )
+        for group in self._trajectories(partition_id, set(selected)).values():
+            for span, length in group:
+                lag = sample_lag(global_steps - 1, span)
+                if over_bound(self.lag, lag):
+                    raise AssertionError(f"selected a trajectory with lag {lag} > lag.max_lag={self.lag.max_lag}")
+                lag_steps = lag_in_steps(steps_done, span, self.sync_every)
+                self.lag_metrics.record_consumed(lag, lag_steps, scheduled, length)
+
+        batch = self._materialize_batch(partition_id, selected, snapshot)
+        if local == self.sync_every - 1:
+            metrics = dict(metrics)
+            metrics.update(self.lag_metrics.flush(global_steps - 1, steps_done + 1, scheduled))
+        return batch, metrics
