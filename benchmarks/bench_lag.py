@@ -25,7 +25,7 @@ samples dropped for staleness; and lag against response length: the correlation 
 mean length of dropped samples over the mean length generated (the drop rule's length bias).
 Deterministic (seeded; no wall clock).
 
-    python benchmarks/bench_lag.py              # two scenarios x 7 configurations, about a minute
+    python benchmarks/bench_lag.py              # two scenarios x 7 configurations, about 3 minutes
 """
 
 from __future__ import annotations

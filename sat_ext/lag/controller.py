@@ -10,7 +10,7 @@ every method returns at once (``None`` where a caller would wait). Protocol:
   broadcast the weights, ``record_sync()`` -> ``pop_metrics()``.
 
 A sample is submitted once per claim; ``regenerate`` opens a new claim on the same id (a new attempt), and a
-submit of a superseded attempt is refused.
+submit of a superseded attempt, or of a claim the controller did not issue, is refused.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ class LagProtocolError(RuntimeError):
 class Claim:
     """The right to generate ``sample_id`` (attempt ``attempt``) with the weights of ``version``.
 
+    claim_id: unique per claim issued (a claim this controller did not issue is refused).
     step: interval mode's trainer step the sample is scheduled for (None in the other modes).
     """
 
+    claim_id: int
     sample_id: int
     attempt: int
     version: int
@@ -58,7 +60,7 @@ class ConsumedSample:
 class _Sample:
     attempt: int
     step: int | None
-    claimed: bool = False
+    claim_id: int | None = None  # the claim issued for this attempt
     payload: Any = None
     span: VersionSpan | None = None  # set when submitted
     response_tokens: int = 0
@@ -79,6 +81,7 @@ class LagController:
             cfg.hist_edges, interval_schedule=cfg.mode == "interval", track_producer_idle=track_producer_idle
         )
         self._next_id = 0
+        self._next_claim = 0
         self._fresh_scheduled = 0
         self._samples: dict[int, _Sample] = {}  # opened, not yet consumed (in flight, waiting or ready)
         self._requeue: deque[int] = deque()
@@ -97,16 +100,16 @@ class LagController:
         else:
             sample_id = self._open_fresh()
         item = self._samples[sample_id]
-        item.claimed = True
-        return Claim(sample_id, item.attempt, self.version, item.step)
+        item.claim_id, self._next_claim = self._next_claim, self._next_claim + 1
+        return Claim(item.claim_id, sample_id, item.attempt, self.version, item.step)
 
     def submit(self, claim: Claim, payload: Any, span: VersionSpan, response_tokens: int = 0) -> bool:
         """Offer a generated sample (``response_tokens`` long, for the metrics); True if accepted, False for a
-        superseded attempt or a sample already in."""
+        claim this controller did not issue, a superseded attempt, or a sample already in."""
         if span.newest > self.version:
             raise ValueError(f"sample {claim.sample_id} claims version {span.newest}, the trainer is at {self.version}")
         item = self._samples.get(claim.sample_id)
-        if item is None or item.attempt != claim.attempt or item.span is not None:
+        if item is None or item.claim_id != claim.claim_id or item.attempt != claim.attempt or item.span is not None:
             return False
         item.payload, item.span, item.response_tokens = payload, span, response_tokens
         return True

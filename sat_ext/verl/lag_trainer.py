@@ -16,6 +16,7 @@ Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOT
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 from omegaconf import DictConfig, open_dict
 from verl.trainer.ppo.v1.trainer_base import register_trainer
@@ -26,13 +27,6 @@ from sat_ext.lag.config import LagConfig
 
 from .lag_overrides import BASE_MODE, TRAINER_MODE, check_verl_config
 
-_LIVE = "sat_ext_live"
-
-
-def _weights_key(version: int) -> str:
-    return f"sat_ext_v{version}"
-
-
 def kept_versions(cfg: LagConfig, current: int) -> range:
     """Versions whose weights a batch trained while the trainer is at ``current`` can come from.
 
@@ -40,6 +34,53 @@ def kept_versions(cfg: LagConfig, current: int) -> range:
     broadcast window the oldest is ``current - ceil(p / n)``.
     """
     return range(max(0, current - math.ceil(cfg.prefetch / cfg.interval)), current + 1)
+
+
+class BroadcastWeights:
+    """CPU copies of the weights of recent broadcasts on the actor workers, for the paper's denominator.
+
+    ``workers`` is verl's actor worker group with ``DetachActorWorker``'s ``save_model_to_cpu(key)``,
+    ``restore_model_from_cpu(key)`` and ``clear_cpu_model(key)`` (what verl's separate_async uses for its
+    one copy). At the start of each broadcast window the current weights (the ones just broadcast) are saved
+    and copies no longer needed are freed (:func:`kept_versions`); :meth:`weights_of` runs a computation on
+    the weights of a given broadcast and puts the live weights back afterwards.
+    """
+
+    LIVE = "sat_ext_live"
+
+    def __init__(self, cfg: LagConfig):
+        self.cfg = cfg
+        self.kept: set[int] = set()
+
+    @staticmethod
+    def key(version: int) -> str:
+        return f"sat_ext_v{version}"
+
+    def window_start(self, workers, current: int) -> None:
+        """The trainer holds the weights of broadcast ``current`` and has not updated them yet."""
+        wanted = set(kept_versions(self.cfg, current))
+        for version in self.kept - wanted:
+            workers.clear_cpu_model(self.key(version))
+        workers.save_model_to_cpu(self.key(current))
+        self.kept = (self.kept & wanted) | {current}
+
+    @contextmanager
+    def weights_of(self, workers, version: int, live_is_version: bool):
+        """Run the body on the weights of broadcast ``version`` (``live_is_version``: they are the live ones)."""
+        if live_is_version:
+            yield
+            return
+        if version not in self.kept:
+            raise RuntimeError(
+                f"the weights of version {version} that generated this batch were not kept (kept: {sorted(self.kept)})"
+            )
+        workers.save_model_to_cpu(self.LIVE)
+        workers.restore_model_from_cpu(self.key(version))
+        try:
+            yield
+        finally:
+            workers.restore_model_from_cpu(self.LIVE)
+            workers.clear_cpu_model(self.LIVE)
 
 
 def batch_version(tags: list[dict]) -> int:
@@ -66,7 +107,7 @@ class SATSeparateAsyncTrainer(PPOTrainerSeparateAsync):
         super().__init__(config)
         self.lag: LagConfig = self.replay_buffer.lag
         self.bypass = bool(config.algorithm.get("rollout_correction", {}).get("bypass_mode", False))
-        self._kept: set[int] = set()
+        self.broadcast_weights = BroadcastWeights(self.lag)
 
     def on_step_end(self):
         if self.lag.mode == "interval":
@@ -79,25 +120,10 @@ class SATSeparateAsyncTrainer(PPOTrainerSeparateAsync):
         if self.bypass:
             return compute(batch, metrics)
         current = self.global_steps - 1
-        wg = self.actor_rollout_wg
         if self.local_trigger_step == 0:
-            wanted = set(kept_versions(self.lag, current))
-            for version in self._kept - wanted:
-                wg.clear_cpu_model(_weights_key(version))
-            wg.save_model_to_cpu(_weights_key(current))
-            self._kept = (self._kept & wanted) | {current}
+            self.broadcast_weights.window_start(self.actor_rollout_wg, current)
         version = batch_version(batch.tags)
         metrics["lag/denominator_version"] = float(version)
-        if version == current and self.local_trigger_step == 0:
+        live = self.local_trigger_step == 0 and version == current
+        with self.broadcast_weights.weights_of(self.actor_rollout_wg, version, live_is_version=live):
             return compute(batch, metrics)
-        if version not in self._kept:
-            raise RuntimeError(
-                f"the weights of version {version} that generated this batch were not kept (kept: {sorted(self._kept)})"
-            )
-        wg.save_model_to_cpu(_LIVE)
-        wg.restore_model_from_cpu(_weights_key(version))
-        try:
-            return compute(batch, metrics)
-        finally:
-            wg.restore_model_from_cpu(_LIVE)
-            wg.clear_cpu_model(_LIVE)

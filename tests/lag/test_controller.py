@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sat_ext.lag import LagConfig, LagController, LagProtocolError, VersionSpan, lag_in_steps, sample_lag
+from sat_ext.lag import Claim, LagConfig, LagController, LagProtocolError, VersionSpan, lag_in_steps, sample_lag
 from sat_ext.lag.schedule import bounded_admits, scheduled_lag, scheduled_version
 
 from .sim import simulate
@@ -265,8 +265,11 @@ def test_regenerate_refuses_the_superseded_attempt():
     again = ctl.claim()
     assert (again.sample_id, again.attempt, again.version) == (stale.sample_id, 1, 1)
     assert not ctl.submit(stale, "late", VersionSpan.at(0))
+    forged = Claim(claim_id=again.claim_id + 1, sample_id=again.sample_id, attempt=1, version=1, step=None)
+    assert not ctl.submit(forged, "forged", VersionSpan.at(1))  # never issued
     assert ctl.submit(again, "fresh", VersionSpan.at(1), response_tokens=5)
     assert [s.payload for s in ctl.take()] == ["fresh"]
+    assert ctl.pop_metrics()["lag/consumed_len_mean"] == 5.0
 
 
 @pytest.mark.parametrize("interval,prefetch", [(1, 1), (3, 1), (4, 0), (2, 3)])

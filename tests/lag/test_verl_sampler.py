@@ -252,3 +252,43 @@ def test_bounded_mode_never_trains_over_the_bound(clean_partition, over_bound):
     else:  # verl's order: what finished first; the stragglers cross the bound and are dropped, with their lengths
         assert dropped > 0 and res.fifo_violations() > 0
         assert res.metrics[-1]["lag/dropped_total"] == sum(m["lag/dropped"] for m in res.metrics)
+
+
+class _ActorWorkers:
+    """The three calls of verl's DetachActorWorker that BroadcastWeights makes, on a model whose weights are
+    the number of optimizer updates applied (the GPU model is the boundary; verl's own semantics: restoring
+    a key that was never saved leaves the weights as they are)."""
+
+    def __init__(self):
+        self.weights, self.saved = 0, {}
+
+    def save_model_to_cpu(self, key):
+        self.saved[key] = self.weights
+
+    def restore_model_from_cpu(self, key):
+        if key in self.saved:
+            self.weights = self.saved[key]
+
+    def clear_cpu_model(self, key):
+        self.saved.pop(key, None)
+
+
+@pytest.mark.parametrize("interval,prefetch", [(1, 1), (8, 1), (4, 0), (2, 3)])
+def test_every_batch_gets_the_weights_of_the_broadcast_that_generated_it(interval, prefetch):
+    from sat_ext.verl.lag_trainer import BroadcastWeights
+
+    cfg = LagConfig(mode="interval", interval=interval, prefetch=prefetch)
+    kept, workers = BroadcastWeights(cfg), _ActorWorkers()
+    for t in range(1, 8):  # verl global step t: the trainer holds broadcast t-1 = weights after (t-1)n updates
+        current = t - 1
+        assert workers.weights == current * interval
+        for local in range(interval):
+            if local == 0:
+                kept.window_start(workers, current)
+            version = scheduled_version((t - 1) * interval + local + 1, interval, prefetch)
+            live = workers.weights
+            with kept.weights_of(workers, version, live_is_version=local == 0 and version == current):
+                assert workers.weights == version * interval  # the denominator's weights
+            assert workers.weights == live  # the live weights are back for the update
+            workers.weights += 1  # the optimizer step
+        assert len(workers.saved) <= 1 + -(-prefetch // interval)  # kept_versions' copies, no leftover live copy

@@ -272,9 +272,9 @@ def test_openrlhfs_async_trainer_starts_the_lag_subclasses_in_their_own_workers(
     assert len({r["pid"] for r in reports} | {ray_run["driver_pid"]}) == 4
     for report, ours, openrlhf in zip(reports, ("LagPPOTrainerAsync", "LagGenerateSamplesActor", "LagTrainingActor"),
                                       ("PPOTrainerAsync", "GenerateSamplesActor", "TrainingActor"), strict=True):
-        assert report["mro"][:3] == [f"sat_ext.openrlhf.lag.{ours}"] * 2 + [
+        assert report["mro"][:3] == [f"sat_ext.openrlhf.lag.actors.{ours}"] * 2 + [
             f"openrlhf.trainer.ppo_trainer_async.{openrlhf}"]
-    assert ray_run["trainer"]["mro"][3:5] == ["sat_ext.openrlhf.lag._LagSync",
+    assert ray_run["trainer"]["mro"][3:5] == ["sat_ext.openrlhf.lag.actors._LagSync",
                                               "openrlhf.trainer.ppo_trainer.BasePPOTrainer"]
 
 
