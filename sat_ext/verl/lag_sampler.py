@@ -36,9 +36,7 @@ from sat_ext.lag.metrics import LagMetrics
 from sat_ext.lag.schedule import scheduled_lag
 from sat_ext.lag.versions import VersionSpan, lag_in_steps, sample_lag
 
-from .lag_overrides import verl_engine_settings
-
-FILTER_KEY = "filter_groups_metric"
+from .lag_overrides import FILTER_KEY, verl_engine_settings
 
 
 class SATLagReplayBuffer(ReplayBufferAsync):
