@@ -1,49 +1,39 @@
-"""``sat-ext doctor``: is SAT usable in this environment? Versions, and registration in fresh processes.
+"""``sat-ext doctor``: can this environment (and every node of its Ray cluster) run sat_ext?
 
-Each check runs in a fresh interpreter (and one in a Ray worker), because registration happens at import
-time through verl's plugin loader, which hides failures; the doctor shows the captured plugin error.
+Checks, each with what to install or set when it fails: Python; the exact verl (and, if installed, OpenRLHF)
+versions sat_ext is tested with; TransferQueue; in a fresh interpreter, that ``import verl`` registers
+``sat`` / ``sat_gspo`` (showing the plugin error verl hides), that the SAT ``_target_`` converts through
+verl's own config code, that verl's V1 stack with sat_ext's lag sampler and trainer mode imports, and that
+the shipped example configs compose; then one task pinned to every alive Ray node (the running cluster when
+``RAY_ADDRESS`` is set or a local one is found, else a local Ray started for the check); with
+``--training-node``, CUDA, Megatron-core, mbridge and SGLang. Exit status 1 if any check failed; ``--json``
+prints the checks as JSON.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import json
+import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-PACKAGES = ("sat-ext", "torch", "verl", "openrlhf", "ray", "transformers", "hydra-core")
-
-# Run in a fresh interpreter: import verl with plugin errors made visible, report the registry.
-_REGISTRY_PROBE = r"""
-import json, logging, io
-buf = io.StringIO(); h = logging.StreamHandler(buf); h.setLevel(logging.DEBUG)
-lg = logging.getLogger("verl"); lg.addHandler(h); lg.setLevel(logging.DEBUG)
-import verl
-from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
-errors = [l for l in buf.getvalue().splitlines() if "Failed to load plugin" in l]
-print(json.dumps({"registered": sorted(n for n in ("sat", "sat_gspo") if n in POLICY_LOSS_REGISTRY),
-                  "plugin_errors": errors}))
-"""
-
-_RAY_PROBE = r"""
-import json, ray
-ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-@ray.remote
-def probe():
-    import verl
-    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
-    return sorted(n for n in ("sat", "sat_gspo") if n in POLICY_LOSS_REGISTRY)
-print(json.dumps({"registered": ray.get(probe.remote())}))
-ray.shutdown()
-"""
+VERL_VERSION = "0.9.1"
+OPENRLHF_VERSION = "0.11.2"
+TRANSFER_QUEUE_VERSION = "0.1.10"
+INSTALL_VERL = "pip install 'sat-ext[verl-async]' (from a clone: pip install -e '.[verl-async]'; see the README)"
 
 
 @dataclass
 class Check:
+    """One line of the report: ``status`` is ok, FAIL or skip; ``fix`` says what to install or set."""
+
     name: str
-    ok: bool
+    status: str
     detail: str
+    fix: str = ""
 
 
 def _version(pkg: str) -> str | None:
@@ -53,53 +43,200 @@ def _version(pkg: str) -> str | None:
         return None
 
 
-def _run_probe(code: str, timeout: float) -> tuple[dict | None, str]:
+def _exact(name: str, pkg: str, wanted: str, fix: str, optional_fix: str = "") -> Check:
+    """``pkg`` installed at exactly ``wanted``; absent is a skip when ``optional_fix`` says what it is for."""
+    got = _version(pkg)
+    if got is None:
+        if optional_fix:
+            return Check(name, "skip", "not installed", optional_fix)
+        return Check(name, "FAIL", "not installed", fix)
+    if got != wanted:
+        return Check(name, "FAIL", f"{got}, sat_ext is tested with {wanted} only", fix)
+    return Check(name, "ok", got)
+
+
+def _run_json(args: list[str], timeout: float, env: dict | None = None) -> tuple[dict | None, str]:
+    """Run ``python args`` in a fresh interpreter: its last JSON line and its stderr (None on failure)."""
     try:
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout:.0f} s"
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     if p.returncode != 0 or not lines:
-        return None, (p.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, p.stderr.strip() or "no output"
     return json.loads(lines[-1]), p.stderr
 
 
-def run_checks(with_ray: bool = True) -> list[Check]:
-    """All doctor checks, in order; each reports ok and a one-line detail."""
-    checks = [Check("python", sys.version_info[:2] >= (3, 10), sys.version.split()[0])]
-    versions = {p: _version(p) for p in PACKAGES}
-    checks += [Check(p, v is not None or p in ("openrlhf", "transformers"), v or "not installed") for p, v in versions.items()]
-    if versions["verl"] is None:
-        checks.append(Check("verl registration", False, "verl is not installed: pip install 'sat-ext[verl]'"))
-        return checks
+def _last_line(text: str) -> str:
+    return (text.strip().splitlines() or ["no output"])[-1]
+
+
+def _probe_check(name: str, result: dict, fix: str) -> Check:
+    return Check(name, "ok" if result["ok"] else "FAIL", str(result["detail"]), "" if result["ok"] else fix)
+
+
+def package_checks() -> list[Check]:
+    """Python, the pinned frameworks, TransferQueue and the entry point."""
+    checks = [Check("python", "ok" if sys.version_info[:2] >= (3, 10) else "FAIL", sys.version.split()[0],
+                    "Python 3.10-3.12")]
+    checks.append(Check("sat-ext", "ok" if _version("sat-ext") else "FAIL", _version("sat-ext") or "not installed",
+                        "pip install -e . in the clone (or the built wheel) in this environment"))
+    checks.append(Check("torch", "ok" if _version("torch") else "FAIL", _version("torch") or "not installed",
+                        "pip install torch (CPU: pip install torch --index-url https://download.pytorch.org/whl/cpu)"))
+    checks.append(_exact("verl", "verl", VERL_VERSION, INSTALL_VERL))
+    checks.append(Check("ray", "ok" if _version("ray") else "FAIL", _version("ray") or "not installed",
+                        "verl depends on Ray: " + INSTALL_VERL))
+    tq = _version("TransferQueue")
+    tq_ok = importlib.util.find_spec("transfer_queue") is not None and tq == TRANSFER_QUEUE_VERSION
+    checks.append(Check("TransferQueue (verl's V1 async trainers, sat_ext's lag modes)", "ok" if tq_ok else "FAIL",
+                        tq or "not installed", "" if tq_ok else INSTALL_VERL))
+    checks.append(_exact("openrlhf", "openrlhf", OPENRLHF_VERSION,
+                         f"pip install --no-deps openrlhf=={OPENRLHF_VERSION} (docs/openrlhf.md)",
+                         optional_fix=f"needed only for the OpenRLHF path: pip install openrlhf=={OPENRLHF_VERSION} "
+                                      "(docs/openrlhf.md)"))
     ep = [e for e in md.entry_points(group="verl.plugins") if e.value.startswith("sat_ext")]
-    checks.append(Check("verl.plugins entry point", bool(ep), ", ".join(f"{e.name} = {e.value}" for e in ep) or
-                        "missing: reinstall sat-ext (pip install -e . or pip install sat-ext)"))
-    result, err = _run_probe(_REGISTRY_PROBE, timeout=120)
+    checks.append(Check("verl.plugins entry point", "ok" if ep else "FAIL",
+                        ", ".join(f"{e.name} = {e.value}" for e in ep) or "missing",
+                        "" if ep else "reinstall sat-ext in this environment (pip install -e . or the wheel)"))
+    return checks
+
+
+def fresh_process_checks() -> list[Check]:
+    """The in-process probes of :mod:`sat_ext.doctor_probes`, in a fresh interpreter."""
+    report, err = _run_json(["-m", "sat_ext.doctor_probes"], timeout=300)
+    if report is None:
+        return [Check("fresh-process probes", "FAIL", _last_line(err),
+                      "run `python -m sat_ext.doctor_probes` to see why")]
+    if not report["import_verl"]["ok"]:
+        return [_probe_check("import verl", report["import_verl"], INSTALL_VERL)]
+    reg = report["registered"]
+    ok = reg["ok"] and reg["detail"] == ["sat", "sat_gspo"]
+    detail = "yes" if ok else f"registered: {reg['detail']}; plugin errors: {report['plugin_errors']}"
+    fix = ("verl's plugin loading is off or failed: unset VERL_USE_EXTERNAL_PLUGINS, or set "
+           "VERL_USE_EXTERNAL_MODULES=sat_ext.verl.plugin to see the error")
+    return [
+        Check("sat, sat_gspo registered by `import verl` (fresh process)", "ok" if ok else "FAIL", detail,
+              "" if ok else fix),
+        _probe_check("SAT _target_ through verl's config conversion", report["target_conversion"],
+                     "reinstall sat-ext next to verl " + VERL_VERSION),
+        _probe_check("verl V1 + TransferQueue + sat_ext lag sampler/trainer", report["lag_stack"], INSTALL_VERL),
+        _probe_check("shipped example configs compose", report["example_configs"],
+                     "reinstall sat-ext (the wheel or pip install -e .): the configs ship as sat_ext.examples"),
+    ]
+
+
+_RAY_SCRIPT = r"""
+import json, os, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from sat_ext.doctor_probes import node_report
+address = os.environ.get("SAT_EXT_DOCTOR_RAY_ADDRESS")
+if address:
+    ray.init(address=address, log_to_driver=False)
+else:
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+nodes = [n for n in ray.nodes() if n["Alive"]]
+task = ray.remote(num_cpus=0)(node_report)
+refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+        for n in nodes]
+out = []
+for n, ref in zip(nodes, refs):
+    try:
+        out.append({"node": n["NodeManagerAddress"], "report": ray.get(ref, timeout=240)})
+    except Exception as e:
+        out.append({"node": n["NodeManagerAddress"], "error": f"{type(e).__name__}: {e}".splitlines()[0]})
+print(json.dumps({"cluster": bool(address), "nodes": out}))
+ray.shutdown()
+"""
+
+
+def _cluster_address() -> str | None:
+    """``RAY_ADDRESS``, else "auto" when a Ray cluster runs on this machine, else None (start a local one)."""
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    try:
+        from ray._private.services import find_gcs_addresses
+    except ImportError:
+        return None
+    return "auto" if find_gcs_addresses() else None
+
+
+def ray_checks() -> list[Check]:
+    """One task pinned to every alive node: sat_ext importable, versions, the losses registered there."""
+    address = _cluster_address()
+    where = f"cluster at {address}" if address else "a local Ray started for this check"
+    result, err = _run_json(["-c", _RAY_SCRIPT], timeout=420,
+                            env={"SAT_EXT_DOCTOR_RAY_ADDRESS": address or "", "RAY_ADDRESS": ""})
     if result is None:
-        checks.append(Check("sat, sat_gspo registered by `import verl` (fresh process)", False, err))
-    else:
-        ok = result["registered"] == ["sat", "sat_gspo"]
-        detail = "yes" if ok else f"registered: {result['registered']}; plugin errors: {result['plugin_errors']}"
-        checks.append(Check("sat, sat_gspo registered by `import verl` (fresh process)", ok, detail))
-    if with_ray and versions["ray"] is not None:
-        result, err = _run_probe(_RAY_PROBE, timeout=180)
-        ok = result is not None and result["registered"] == ["sat", "sat_gspo"]
-        detail = err if result is None else ("yes" if ok else f"registered: {result['registered']}")
-        checks.append(Check("sat, sat_gspo registered in a Ray worker", ok, detail))
+        fix = "check RAY_ADDRESS and that this node can reach the cluster" if address else "see the error"
+        if "InvalidAuthToken" in err:
+            fix = ("the cluster uses Ray token authentication: set RAY_AUTH_MODE=token and the cluster's token "
+                   "(RAY_AUTH_TOKEN or ~/.ray/auth_token) here, as on the head node")
+        return [Check(f"Ray ({where})", "FAIL", _last_line(err), fix)]
+    checks = [Check(f"Ray ({where})", "ok", f"{len(result['nodes'])} alive node(s)")]
+    for node in result["nodes"]:
+        name = f"node {node['node']}"
+        if "error" in node:
+            checks.append(Check(name, "FAIL", node["error"], "install sat-ext (and verl) in that node's environment"))
+            continue
+        r = node["report"]
+        problems = []
+        if r["verl"] != VERL_VERSION:
+            problems.append(f"verl {r['verl']} (need {VERL_VERSION})")
+        if r["sat-ext"] != _version("sat-ext"):
+            problems.append(f"sat-ext {r['sat-ext']} (driver has {_version('sat-ext')})")
+        if not r["transfer_queue"]:
+            problems.append("no TransferQueue")
+        if not r["registered"]["ok"] or r["registered"]["detail"] != ["sat", "sat_gspo"]:
+            problems.append(f"registered: {r['registered']['detail']}")
+        detail = f"{r['host']}: " + ("; ".join(problems) if problems else f"sat, sat_gspo registered, verl {r['verl']}")
+        checks.append(Check(name, "FAIL" if problems else "ok", detail,
+                            f"on {r['host']}: {INSTALL_VERL}" if problems else ""))
+    return checks
+
+
+def training_node_checks() -> list[Check]:
+    """CUDA, Megatron-core, mbridge and SGLang, as the 30B examples need them on a training node."""
+    report, err = _run_json(["-m", "sat_ext.doctor_probes", "--training-node"], timeout=300)
+    if report is None:
+        return [Check("training-node probes", "FAIL", _last_line(err), "")]
+    fix = f"pip install 'verl[megatron,sglang]=={VERL_VERSION}' on a CUDA machine"
+    return [_probe_check(name, report[key], fix) for name, key in
+            [("CUDA", "cuda"), ("megatron-core", "megatron-core"), ("mbridge", "mbridge"), ("sglang", "sglang")]]
+
+
+def run_checks(with_ray: bool = True, training_node: bool = False) -> list[Check]:
+    """All doctor checks, in order."""
+    checks = package_checks()
+    if _version("verl") is None:
+        return checks
+    checks += fresh_process_checks()
+    if with_ray and _version("ray") is not None:
+        checks += ray_checks()
+    if training_node:
+        checks += training_node_checks()
     return checks
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="sat-ext doctor", description=__doc__)
-    ap.add_argument("--no-ray", action="store_true", help="skip the Ray worker check (it starts a local Ray)")
+    ap = argparse.ArgumentParser(prog="sat-ext doctor", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--no-ray", action="store_true", help="skip the Ray node checks")
+    ap.add_argument("--training-node", action="store_true",
+                    help="also check the GPU training stack (CUDA, megatron-core, mbridge, sglang)")
+    ap.add_argument("--json", action="store_true", help="print the checks as one JSON object")
     args = ap.parse_args(argv)
-    checks = run_checks(with_ray=not args.no_ray)
+    checks = run_checks(with_ray=not args.no_ray, training_node=args.training_node)
+    failed = [c for c in checks if c.status == "FAIL"]
+    if args.json:
+        print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=1))
+        return 1 if failed else 0
     width = max(len(c.name) for c in checks)
     for c in checks:
-        print(f"[{'ok' if c.ok else 'FAIL':>4}] {c.name:<{width}}  {c.detail}")
-    failed = [c for c in checks if not c.ok]
+        print(f"[{c.status:>4}] {c.name:<{width}}  {c.detail}")
+        if c.fix and c.status != "ok":
+            print(f"{'':>7}{'':<{width}}  -> {c.fix}")
     print("sat-ext doctor: all checks passed" if not failed else f"sat-ext doctor: {len(failed)} check(s) failed")
     return 1 if failed else 0

@@ -19,6 +19,7 @@ policy version trained on at global step t is t - 1.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -91,8 +92,16 @@ def verl_overrides(
             "dataloader; use lag.over_bound=wait (nothing dropped) or drop",
         )
     sync_every = cfg.sync_every
-    # verl submits floor(num_warmup_batches * data.train_batch_size) prompts: p * B for every p / n as a float
     warmup = float(warmup_batches(cfg))
+    submitted = math.floor(warmup * sync_every * train_batch_size)  # what verl submits ahead (trainer_base.py)
+    if cfg.mode == "interval" and submitted != cfg.prefetch * train_batch_size:
+        raise LagConfigError(
+            "lag.prefetch",
+            cfg.prefetch,
+            f"with lag.interval={sync_every} and {train_batch_size} prompts per step cannot be expressed as verl's "
+            f"float num_warmup_batches={warmup}: verl would submit {submitted} prompts ahead, not "
+            f"{cfg.prefetch * train_batch_size}; use another interval (a power of two always works)",
+        )
     out = [
         "trainer.use_v1=true",
         f"trainer.v1.trainer_mode={TRAINER_MODE}",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
+import transfer_queue as tq
 from omegaconf import DictConfig, open_dict
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
@@ -110,20 +111,35 @@ class SATSeparateAsyncTrainer(PPOTrainerSeparateAsync):
         self.broadcast_weights = BroadcastWeights(self.lag)
 
     def on_step_end(self):
+        drained: dict = {}
         if self.lag.mode == "interval":
             with marked_timer("lag_drain", self.timing_raw, color="yellow"):
-                self.replay_buffer.drain(self.global_steps)
-        super().on_step_end()
+                drained = self.replay_buffer.drain(self.global_steps)
+        super().on_step_end()  # the broadcast
+        self._pending_sync_metrics.update(drained)  # evictions while draining, logged with this step
+
+    def _reissue_inflight_prompts(self, partition_id: str = "train") -> int:
+        """On resume, verl re-generates the checkpoint's pending and running groups on the current weights; in
+        interval mode the finished but untrained ones are re-generated too, so no batch mixes two versions."""
+        if self.lag.mode == "interval":
+            items = (tq.kv_list(partition_id) or {}).get(partition_id, {})
+            for key, tag in items.items():
+                if tag.get("is_prompt", False) and tag.get("status") in ("finished", "failure"):
+                    tq.kv_put(key=key, partition_id=partition_id, tag={"status": "pending"})
+        return super()._reissue_inflight_prompts(partition_id)
+
+    def denominator_weights(self, batch):
+        """A context in which the actor holds the weights of the broadcast that generated ``batch``."""
+        current = self.global_steps - 1  # verl broadcast after global step t-1: the trainer holds version t-1
+        if self.local_trigger_step == 0:
+            self.broadcast_weights.window_start(self.actor_rollout_wg, current)
+        version = batch_version(batch.tags)
+        live = self.local_trigger_step == 0 and version == current
+        return self.broadcast_weights.weights_of(self.actor_rollout_wg, version, live_is_version=live)
 
     def _compute_old_log_prob(self, batch, metrics: dict):
         compute = super(PPOTrainerSeparateAsync, self)._compute_old_log_prob  # verl's, on the current weights
         if self.bypass:
             return compute(batch, metrics)
-        current = self.global_steps - 1
-        if self.local_trigger_step == 0:
-            self.broadcast_weights.window_start(self.actor_rollout_wg, current)
-        version = batch_version(batch.tags)
-        metrics["lag/denominator_version"] = float(version)
-        live = self.local_trigger_step == 0 and version == current
-        with self.broadcast_weights.weights_of(self.actor_rollout_wg, version, live_is_version=live):
+        with self.denominator_weights(batch):
             return compute(batch, metrics)

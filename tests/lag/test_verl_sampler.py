@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 import ray
+import torch
 
 pytest.importorskip("verl")
 tq = pytest.importorskip("transfer_queue")
@@ -196,7 +197,8 @@ def test_wait_mode_takes_the_oldest_submission_even_when_later_ones_finished(cle
     )
     quick = [_put_group(prompt_step=2, oldest=[1]) for _ in range(3)]
     sampler._sync_metadata_from_transfer_queue()
-    assert sampler._select_prompt_uids("train", set(quick), 2)[0]  # verl would take two quick groups now
+    verl_pick = sampler._select_prompt_uids("train", sampler.finished_keys["train"], 2)[0]
+    assert len(verl_pick) == 2 and set(verl_pick) <= set(quick)  # verl takes two quick groups now
     from sat_ext.lag.batches import next_batch
 
     assert next_batch(sampler._group_states("train"), 2) is None  # sat_ext waits for the straggler
@@ -274,21 +276,52 @@ class _ActorWorkers:
 
 
 @pytest.mark.parametrize("interval,prefetch", [(1, 1), (8, 1), (4, 0), (2, 3)])
-def test_every_batch_gets_the_weights_of_the_broadcast_that_generated_it(interval, prefetch):
-    from sat_ext.verl.lag_trainer import BroadcastWeights
+def test_every_batch_gets_the_weights_of_the_broadcast_that_generated_it(transfer_queue, interval, prefetch):
+    """The real trainer's denominator_weights (what its _compute_old_log_prob runs verl's recompute inside),
+    with verl's own counters set as its fit loop sets them, over every batch of 7 global steps."""
+    from transfer_queue import KVBatchMeta
 
-    cfg = LagConfig(mode="interval", interval=interval, prefetch=prefetch)
-    kept, workers = BroadcastWeights(cfg), _ActorWorkers()
+    lag = LagConfig(mode="interval", interval=interval, prefetch=prefetch)
+    trainer = get_trainer_cls(TRAINER_MODE)(_compose(verl_overrides(lag, train_batch_size=2)))
+    workers = trainer.actor_rollout_wg = _ActorWorkers()
     for t in range(1, 8):  # verl global step t: the trainer holds broadcast t-1 = weights after (t-1)n updates
-        current = t - 1
-        assert workers.weights == current * interval
+        trainer.global_steps = t
+        assert workers.weights == (t - 1) * interval
         for local in range(interval):
-            if local == 0:
-                kept.window_start(workers, current)
+            trainer.local_trigger_step = local
             version = scheduled_version((t - 1) * interval + local + 1, interval, prefetch)
+            tags = [{"min_global_steps": version, "max_global_steps": version}] * 4
+            tags.append({"min_global_steps": version, "max_global_steps": version + 1, "is_padding": True})
             live = workers.weights
-            with kept.weights_of(workers, version, live_is_version=local == 0 and version == current):
+            with trainer.denominator_weights(KVBatchMeta(partition_id="train", keys=list("abcde"), tags=tags)):
                 assert workers.weights == version * interval  # the denominator's weights
             assert workers.weights == live  # the live weights are back for the update
             workers.weights += 1  # the optimizer step
         assert len(workers.saved) <= 1 + -(-prefetch // interval)  # kept_versions' copies, no leftover live copy
+
+
+def test_resume_regenerates_finished_untrained_groups_in_interval_mode(clean_partition):
+    """verl's _reissue_inflight_prompts on a restored TransferQueue: with sat_ext's trainer, finished groups
+    are re-generated with the pending ones, so the resumed step's groups all come from the current weights."""
+    from tensordict import TensorDict
+
+    lag = LagConfig(mode="interval", interval=2, prefetch=1)
+    trainer = get_trainer_cls(TRAINER_MODE)(_compose(verl_overrides(lag, train_batch_size=2)))
+    sent = []
+    trainer.agent_loop_manager = type("Dispatch", (), {"generate_sequences": lambda self, b: sent.append(b)})()
+    done, running = _put_group(prompt_step=3, oldest=[2, 2]), str(uuid.uuid4())
+    for uid, status in ((done, "finished"), (running, "running")):
+        fields = TensorDict({"prompt_id": torch.tensor([[1]])}, batch_size=[1])
+        tq.kv_batch_put(keys=[uid], partition_id="train", fields=fields,
+                        tags=[{"is_prompt": True, "status": status, "global_steps": 3}])
+    trainer.global_steps = 4
+    assert trainer._reissue_inflight_prompts() == 2
+    assert len(sent) == 1 and len(sent[0]) == 2  # both groups dispatched again, with their stored prompt data
+    items = tq.kv_list("train")["train"]
+    assert {items[u]["status"] for u in (done, running)} == {"pending"} and items[done]["global_steps"] == 4
+    assert not any(k.startswith(done + "_") for k in items)  # its version-2 trajectories were cleared
+
+
+def test_a_warmup_verl_cannot_express_is_refused():
+    with pytest.raises(LagConfigError, match=r"^lag\.prefetch .* verl would submit 7 prompts ahead, not 8"):
+        verl_overrides(LagConfig(mode="interval", interval=49, prefetch=1), train_batch_size=8)

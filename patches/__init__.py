@@ -1,0 +1,1 @@
+"""The upstreamable patches, installed as ``sat_ext.patches``."""
