@@ -16,6 +16,7 @@ import importlib.metadata as md
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -133,8 +134,8 @@ from sat_ext.doctor_probes import node_report
 address = os.environ.get("SAT_EXT_DOCTOR_RAY_ADDRESS")
 if address:
     ray.init(address=address, log_to_driver=False)
-else:
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+else:  # "local": a new instance even if a stale /tmp/ray/ray_current_cluster names a dead one
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
 nodes = [n for n in ray.nodes() if n["Alive"]]
 task = ray.remote(num_cpus=0)(node_report)
 refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
@@ -161,10 +162,25 @@ def _cluster_address() -> str | None:
     return "auto" if find_gcs_addresses() else None
 
 
+def _unreachable(address: str) -> str | None:
+    """Why nothing answers at a ``host:port`` address (None if it does, or for "auto" / "ray://")."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        return f"nothing answers at {address} ({e.strerror or e})"
+    return None
+
+
 def ray_checks() -> list[Check]:
     """One task pinned to every alive node: sat_ext importable, versions, the losses registered there."""
     address = _cluster_address()
     where = f"cluster at {address}" if address else "a local Ray started for this check"
+    down = _unreachable(address) if address else None
+    if down:  # ray.init would retry for minutes
+        return [Check(f"Ray ({where})", "FAIL", down, "check RAY_ADDRESS and that this node can reach the cluster")]
     result, err = _run_json(["-c", _RAY_SCRIPT], timeout=420,
                             env={"SAT_EXT_DOCTOR_RAY_ADDRESS": address or "", "RAY_ADDRESS": ""})
     if result is None:
