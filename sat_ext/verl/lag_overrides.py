@@ -178,6 +178,11 @@ def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
     return node
 
 
+def uses_bypass(config: Any) -> bool:
+    """Whether ``algorithm.rollout_correction.bypass_mode`` makes the rollout log-probs the ratio's denominator."""
+    return bool(_get(config, "algorithm.rollout_correction.bypass_mode", False))
+
+
 def check_verl_config(config: Any) -> dict[str, Any]:
     """Check a composed verl config that selects sat_ext's lag trainer; return sampler kwargs to add.
 
@@ -202,8 +207,7 @@ def check_verl_config(config: Any) -> dict[str, Any]:
     block = dict(_get(config, "trainer.v1.sampler.sampler_kwargs", {}) or {})
     block.pop(FILTER_KEY, None)
     lag = LagConfig.from_dict({k: list(v) if k == "hist_edges" else v for k, v in block.items()})
-    bypass = bool(_get(config, "algorithm.rollout_correction.bypass_mode", False))
-    if lag.mode == "bounded" and not bypass:
+    if lag.mode == "bounded" and not uses_bypass(config):
         raise LagConfigError(
             "algorithm.rollout_correction.bypass_mode",
             False,

@@ -26,7 +26,7 @@ from verl.utils.debug import marked_timer
 
 from sat_ext.lag.config import LagConfig
 
-from .lag_overrides import BASE_MODE, TRAINER_MODE, check_verl_config
+from .lag_overrides import BASE_MODE, TRAINER_MODE, check_verl_config, uses_bypass
 
 def kept_versions(cfg: LagConfig, current: int) -> range:
     """Versions whose weights a batch trained while the trainer is at ``current`` can come from.
@@ -107,7 +107,7 @@ class SATSeparateAsyncTrainer(PPOTrainerSeparateAsync):
             config.trainer.v1.sampler.sampler_kwargs.update(check_verl_config(config))
         super().__init__(config)
         self.lag: LagConfig = self.replay_buffer.lag
-        self.bypass = bool(config.algorithm.get("rollout_correction", {}).get("bypass_mode", False))
+        self.bypass = uses_bypass(config)
         self.broadcast_weights = BroadcastWeights(self.lag)
 
     def on_step_end(self):
