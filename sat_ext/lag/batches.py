@@ -24,15 +24,12 @@ class GroupState:
     """One prompt group as the selection rules see it.
 
     uid: its id (comparable within one run). submitted: the step it was submitted at. finished: all of its
-    samples are done. oldest: the oldest policy version among its samples (None while unknown).
-    response_tokens: total response length of its samples (for the drop metrics).
+    samples are done.
     """
 
     uid: str | int
     submitted: int
     finished: bool
-    oldest: int | None = None
-    response_tokens: int = 0
 
 
 def fifo_key(group: GroupState) -> tuple[int, str | int]:

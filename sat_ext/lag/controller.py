@@ -67,7 +67,7 @@ class _Sample:
 
     def state(self, sample_id: int) -> GroupState:
         order = self.step if self.step is not None else 0
-        return GroupState(sample_id, order, self.span is not None, None if self.span is None else self.span.oldest)
+        return GroupState(sample_id, order, self.span is not None)
 
 
 class LagController:
@@ -109,7 +109,7 @@ class LagController:
         if span.newest > self.version:
             raise ValueError(f"sample {claim.sample_id} claims version {span.newest}, the trainer is at {self.version}")
         item = self._samples.get(claim.sample_id)
-        if item is None or item.claim_id != claim.claim_id or item.attempt != claim.attempt or item.span is not None:
+        if item is None or item.claim_id != claim.claim_id or item.span is not None:  # a new attempt, a new claim id
             return False
         item.payload, item.span, item.response_tokens = payload, span, response_tokens
         return True

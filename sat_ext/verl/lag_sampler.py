@@ -51,7 +51,8 @@ class SATLagReplayBuffer(ReplayBufferAsync):
         sampler_kwargs: DictConfig,
         **kwargs,
     ):
-        block = OmegaConf.to_container(sampler_kwargs) if isinstance(sampler_kwargs, DictConfig) else dict(sampler_kwargs)
+        is_dict_config = isinstance(sampler_kwargs, DictConfig)
+        block = OmegaConf.to_container(sampler_kwargs) if is_dict_config else dict(sampler_kwargs)
         filter_metric = block.pop(FILTER_KEY, None)
         self.lag = LagConfig.from_dict(block)
         engine = verl_engine_settings(trainer_mode, trainer_config)

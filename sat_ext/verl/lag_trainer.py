@@ -3,8 +3,9 @@
 Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOTrainerSeparateAsync`.
 
 1. Interval mode: before each broadcast it waits until every submitted prompt has finished
-   (:meth:`sat_ext.verl.lag_sampler.SATLagReplayBuffer.drain`, timed as ``timing_s/lag_drain``), so a prefetched batch is generated
-   entirely by the weights being replaced; verl alone would abort it and resume it on the new weights.
+   (:meth:`sat_ext.verl.lag_sampler.SATLagReplayBuffer.drain`, timed as ``timing_s/lag_drain``), so a
+   prefetched batch is generated entirely by the weights being replaced; verl alone would abort it and resume
+   it on the new weights.
    The whole config is checked first (:func:`sat_ext.verl.lag_overrides.check_verl_config`), and DAPO's
    ``filter_groups`` metric forwarded to the sampler in bounded mode.
 2. The paper's denominator (Table 9, SPEC §1): without bypass mode, each batch's ``old_log_probs`` is the
