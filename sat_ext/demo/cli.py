@@ -21,7 +21,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any, Callable
 
-DEFAULT_LAGS = (1, 4, 8, 16)
+DEFAULT_LAGS = (1, 2, 4, 8, 16, 32)
+DEFAULT_METHODS = ("vanilla", "gspo", "dppo_tv", "dppo_tv+toy", "sat", "sat_gspo", "gspo+r3", "sat_gspo+r3")
 DEFAULT_SEEDS = 3
 DEFAULT_STEPS = 120
 QUICK = dict(lags=(1, 8), seeds=1, steps=40, eval_every=10, eval_size=128)
@@ -53,9 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quick", action="store_true",
                    help="CI form: lags 1,8, one seed, 40 steps, GRPO and SAT-GRPO only (other flags still apply)")
     g.add_argument("--out", default="demo_out", help="output directory")
-    g.add_argument("--losses", type=_str_list, default=None,
-                   help="comma list of vanilla,gspo,dppo_tv,sat,sat_gspo; None: all that the backend has")
-    g.add_argument("--lags", type=_int_list, default=None, help="comma list of lags; None: 1,4,8,16 (--quick: 1,8)")
+    g.add_argument("--methods", "--losses", dest="methods", type=_str_list, default=None,
+                   help="comma list of methods <loss>[+toy][+tis][+r3], loss in vanilla (GRPO), gspo, dppo_tv, sat "
+                        "(SAT-GRPO), sat_gspo; e.g. sat_gspo+r3 = SAT-GSPO w/ R3; None: "
+                        + ",".join(DEFAULT_METHODS) + " (--quick: vanilla,sat)")
+    g.add_argument("--lags", type=_int_list, default=None,
+                   help="comma list of lags; None: " + ",".join(map(str, DEFAULT_LAGS)) + " (--quick: 1,8)")
     g.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1; None: 3 (--quick: 1)")
     g.add_argument("--mode", choices=("interval", "bounded"), default="interval",
                    help="interval: weights reach the rollout copy every <lag> steps (the paper's lag k); "
@@ -73,13 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--lr", type=float, default=3e-4)
     r.add_argument("--prompts-per-step", type=int, default=8, help="prompt groups per trainer step")
     r.add_argument("--group-size", type=int, default=8, help="responses per prompt (GRPO group)")
-    r.add_argument("--mini-batches", type=int, default=2, help="optimizer updates per trainer step")
+    r.add_argument("--mini-batches", type=int, default=1,
+                   help="optimizer updates per trainer step (the paper's recipe: 1 per batch)")
+    r.add_argument("--denominator", choices=("checkpoint", "rollout"), default="checkpoint",
+                   help="the ratio's denominator: checkpoint = the trainer-side log-prob under the weights of the "
+                        "sync that generated the batch (the paper's reported runs); rollout = the engine's log-prob "
+                        "(App. E.6, verl's bypass mode). DPPO always takes the engine's")
+    r.add_argument("--tis-cap", type=float, default=2.0, help="TIS cap C of min(pi^(l) / mu, C) for +tis methods")
+    r.add_argument("--dppo-toy-delta", type=float, default=None,
+                   help="DPPO-TV threshold of the dppo_tv+toy method (not the paper's 1e-3); None: the demo's "
+                        "tuned value")
     r.add_argument("--temperature", type=float, default=1.0)
     r.add_argument("--eval-every", type=int, default=None, help="steps between evaluations; None: 10")
     r.add_argument("--eval-size", type=int, default=None, help="held-out problems per evaluation; None: 256 (--quick: 128)")
-    r.add_argument("--gspo-eps", type=float, nargs=2, default=(0.1, 0.1), metavar=("LOW", "HIGH"),
-                   help="GSPO / SAT-GSPO sequence clip radii (GSPO's published 3e-4 4e-4 are sized for long "
-                        "responses; with these 4-token answers they make SAT-GSPO train exactly like GSPO)")
+    r.add_argument("--gspo-eps", type=float, nargs=2, default=(0.2, 0.2), metavar=("LOW", "HIGH"),
+                   help="GSPO / SAT-GSPO sequence clip radii (the SAT paper's 0.2 0.2, Table 9)")
     a = p.add_argument_group("asynchrony and mismatch")
     a.add_argument("--prefetch", type=int, default=1,
                    help="interval mode: trainer steps the rollout generates ahead (1 = generation of step s+1 "
@@ -260,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     t_start = time.perf_counter()
 
-    from .losses import LABELS, LOSSES, available_losses, backend, default_settings
+    from .losses import available_losses, backend, default_settings, setting_for
+    from .methods import parse_method
     from .model import Mismatch, ModelConfig
     from .train import RunSpec, WarmStartSpec
 
@@ -270,26 +283,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sat-ext demo: {e}", file=sys.stderr)
         return 2
     have = available_losses(kind)
-    if args.losses is not None:
-        losses = args.losses
+    if args.methods is not None:
+        keys = args.methods
     elif args.quick:
-        losses = ["vanilla", "sat"] if kind == "verl" else ["sat"]
+        keys = ["vanilla", "sat"] if kind == "verl" else ["sat"]
     else:
-        losses = list(have)
-    bad = [l for l in losses if l not in LOSSES]
-    if bad:
-        print(f"sat-ext demo: unknown loss(es) {bad}; known: {list(LOSSES)}", file=sys.stderr)
+        keys = list(DEFAULT_METHODS)
+    try:
+        methods = list(dict.fromkeys(parse_method(k) for k in keys))
+    except ValueError as e:
+        print(f"sat-ext demo: --methods: {e}", file=sys.stderr)
         return 2
-    missing = [l for l in losses if l not in have]
+    missing = [m.key for m in methods if m.loss not in have]
     notes: list[str] = []
     if missing:
         msg = (f"verl is not installed: skipping {missing} (only {list(have)} run on sat_ext.core; "
                f"`pip install verl==0.9.1` for the baselines)")
         print(f"sat-ext demo: {msg}", file=sys.stderr)
         notes.append(msg)
-        losses = [l for l in losses if l in have]
-        if not losses:
+        methods = [m for m in methods if m.loss in have]
+        if not methods:
             return 2
+    losses = [m.key for m in methods]
     if kind == "core":
         notes.append("backend: sat_ext.core (verl not used): SAT losses with a local aggregation, GRPO advantages "
                      "computed by the demo itself")
@@ -303,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     latency = args.latency_mean if args.latency_mean is not None else (1.0 if args.mode == "bounded" else 0.0)
     mismatch = Mismatch() if args.no_mismatch else Mismatch(args.engine, args.route_noise, args.rollout_top_k)
-    settings = default_settings(tuple(args.gspo_eps))
+    settings = default_settings(tuple(args.gspo_eps), **({"dppo_toy_delta": args.dppo_toy_delta}
+                                                         if args.dppo_toy_delta is not None else {}))
     jobs = args.jobs or max(1, min(os.cpu_count() or 1, 4))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -311,12 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     warm_specs = [WarmStartSpec(seed=s, target=args.sft_target, max_steps=args.sft_max_steps,
                                 max_operand=args.max_operand, model=ModelConfig()) for s in range(n_seeds)]
     try:
-        specs = [RunSpec(loss=l, lag=k, seed=s, setting=settings[l], backend=kind, mode=args.mode, steps=steps,
-                         prompts_per_step=args.prompts_per_step, group_size=args.group_size,
+        specs = [RunSpec(method=m, lag=k, seed=s, setting=setting_for(settings, m), backend=kind, mode=args.mode,
+                         steps=steps, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                          mini_batches=args.mini_batches, lr=args.lr, temperature=args.temperature,
+                         denominator=args.denominator, tis_cap=args.tis_cap,
                          mismatch=mismatch, prefetch=args.prefetch if args.mode == "interval" else 0, over_bound=args.over_bound,
                          latency_mean=latency, eval_every=eval_every, eval_size=eval_size, warm=warm_specs[s])
-                 for l in losses for k in lags for s in range(n_seeds)]
+                 for m in methods for k in lags for s in range(n_seeds)]
     except ValueError as e:
         print(f"sat-ext demo: {e}", file=sys.stderr)
         return 2

@@ -15,9 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-LOSSES = ("vanilla", "gspo", "dppo_tv", "sat", "sat_gspo")
-SAT_LOSSES = ("sat", "sat_gspo")
-LABELS = {"vanilla": "GRPO", "gspo": "GSPO", "dppo_tv": "DPPO-TV", "sat": "SAT-GRPO", "sat_gspo": "SAT-GSPO"}
+from .methods import LOSSES, SAT_LOSSES, Method
 
 
 @dataclass(frozen=True)
@@ -37,27 +35,35 @@ class LossSetting:
         return s
 
 
-GSPO_DEMO_EPS = (0.1, 0.1)
+PAPER_DPPO_DELTA = 1e-3
+TOY_DPPO_DELTA = 0.05
+TIS_CAP = 2.0
 
 
-def default_settings(gspo_eps: tuple[float, float] = GSPO_DEMO_EPS) -> dict[str, LossSetting]:
-    """The demo's settings: GRPO and SAT-GRPO 0.2/0.2 with dual clip 3 (the paper's), DPPO-TV's TV threshold
-    0.15 with its large truncation 20 (verl's DPPO example), GSPO and SAT-GSPO ``gspo_eps`` on the sequence
-    ratio with seq-mean-token-mean.
+def default_settings(gspo_eps: tuple[float, float] = (0.2, 0.2), dppo_toy_delta: float = TOY_DPPO_DELTA
+                     ) -> dict[str, LossSetting]:
+    """The paper's settings (Table 9, App. F) keyed by loss, plus ``dppo_tv+toy``.
 
-    GSPO's published 3e-4/4e-4 are sized for sequence log-ratios averaged over thousands of tokens; the
-    demo's answers have at most 4 tokens, so its sequence log-ratio is as noisy as a token's and 3e-4/4e-4
-    clip ~45% of tokens at lag 1. Worse for the comparison, every sequence SAT-GSPO gates (|d| above the
-    90% quantile) is then already outside the nominal interval, so the contraction changes no gradient and
-    SAT-GSPO trains exactly like GSPO. The demo therefore uses 0.1/0.1 (``--gspo-eps`` to change it)."""
+    GRPO, GSPO and both SAT recipes: radii 0.2 / 0.2 (GSPO included), with verl's dual clip 3 (a no-op at
+    these staleness levels, kept because it is verl's default). DPPO-TV: threshold delta = 1e-3 on
+    |pi - mu| of the sampled token, and verl's truncation 20 of its IS weight. ``dppo_tv+toy`` (not the
+    paper's): the toy's 15-token vocabulary gives its sampled tokens probabilities near 0.5, so a small
+    log-ratio moves a token's probability by far more than it does for the near-certain tokens of an LLM,
+    and delta = 1e-3 masks most outward updates; ``dppo_toy_delta`` is sized so DPPO masks about as many
+    tokens as SAT's gate contracts (docs/demo.md has the measurement)."""
     lo, hi = gspo_eps
     return {
         "vanilla": LossSetting(0.2, 0.2, 3.0, "token-mean"),
         "gspo": LossSetting(lo, hi, 3.0, "seq-mean-token-mean"),
-        "dppo_tv": LossSetting(0.15, 0.15, 20.0, "token-mean"),
+        "dppo_tv": LossSetting(PAPER_DPPO_DELTA, PAPER_DPPO_DELTA, 20.0, "token-mean"),
+        "dppo_tv+toy": LossSetting(dppo_toy_delta, dppo_toy_delta, 20.0, "token-mean"),
         "sat": LossSetting(0.2, 0.2, 3.0, "token-mean"),
         "sat_gspo": LossSetting(lo, hi, 3.0, "seq-mean-token-mean"),
     }
+
+
+def setting_for(settings: dict[str, LossSetting], method: Method) -> LossSetting:
+    return settings["dppo_tv+toy" if method.toy else method.loss]
 
 
 def verl_available() -> bool:
@@ -82,11 +88,12 @@ def available_losses(kind: str) -> tuple[str, ...]:
     return LOSSES if kind == "verl" else SAT_LOSSES
 
 
-LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
 
 def make_loss(name: str, setting: LossSetting, kind: str, group_size: int) -> LossFn:
-    """``fn(old_log_prob, log_prob, advantages, response_mask) -> (loss, metrics)`` for loss ``name``."""
+    """``fn(old_log_prob, log_prob, advantages, response_mask, weights=None) -> (loss, metrics)`` for loss
+    ``name``; ``weights`` are per-token loss weights (verl's ``rollout_is_weights``, TIS)."""
     if kind == "verl":
         return _verl_loss(name, setting, group_size)
     if name not in SAT_LOSSES:
@@ -118,14 +125,14 @@ def _verl_loss(name: str, setting: LossSetting, group_size: int) -> LossFn:
     )
     fn = get_policy_loss_fn(config.policy_loss.loss_mode)
 
-    def loss_fn(old_log_prob, log_prob, advantages, mask):
+    def loss_fn(old_log_prob, log_prob, advantages, mask, weights=None):
         mask = mask.bool()
         # What verl's ppo_loss sets on every micro-batch (one rank: dp_size 1, the whole mini-batch).
         config.global_batch_info.clear()
         config.global_batch_info.update(dp_size=1, batch_num_tokens=int(mask.sum()),
                                         global_batch_size=int(mask.shape[0]), loss_scale_factor=None)
         loss, metrics = fn(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=mask,
-                           loss_agg_mode=config.loss_agg_mode, config=config, rollout_is_weights=None)
+                           loss_agg_mode=config.loss_agg_mode, config=config, rollout_is_weights=weights)
         return loss, {k: float(v) for k, v in metrics.items()}
 
     loss_fn.config = config  # type: ignore[attr-defined]
@@ -152,8 +159,8 @@ def _core_loss(name: str, setting: LossSetting) -> LossFn:
     verl_names = {"pg_clipfrac": "actor/pg_clipfrac", "pg_clipfrac_lower": "actor/pg_clipfrac_lower",
                   "ppo_kl": "actor/ppo_kl"}
 
-    def loss_fn(old_log_prob, log_prob, advantages, mask):
-        out = core(log_prob, old_log_prob, advantages, mask.bool(), cfg)
+    def loss_fn(old_log_prob, log_prob, advantages, mask, weights=None):
+        out = core(log_prob, old_log_prob, advantages, mask.bool(), cfg, rollout_is_weights=weights)
         metrics = {verl_names.get(k, f"actor/sat/{k}"): float(out.metrics[k]) for k in METRIC_KEYS}
         return _agg(out.loss_mat, mask.bool(), setting.agg_mode), metrics
 

@@ -35,6 +35,17 @@ from .task import VOCAB, response_mask
 ENGINES = ("fp32", "bf16", "bf16-native")
 
 
+@dataclass
+class Rollout:
+    """What an engine returns: ``responses`` (n, R) with <pad> after <eos>, ``log_probs`` (n, R) float32 the
+    engine's processed log-probs of its own samples, ``routing`` (layers, n, P + R - 1, top_k) the experts
+    the engine used at every teacher-forcing input position, or None when not captured."""
+
+    responses: torch.Tensor
+    log_probs: torch.Tensor
+    routing: torch.Tensor | None = None
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Size of the tiny Qwen3-MoE (every layer sparse: ``num_experts`` experts, top-``top_k`` routing)."""
@@ -252,9 +263,11 @@ class RolloutEngine:
 
     @torch.no_grad()
     def generate(self, prompts: torch.Tensor, response_len: int, generator: torch.Generator,
-                 temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sample responses and score them with the engine: (responses, rollout log-probs float32)."""
-        return sample_and_score(self.model, prompts, response_len, generator, temperature)
+                 temperature: float = 1.0, capture_routing: bool = False) -> Rollout:
+        """Sample responses and score them with the engine (rollout log-probs float32)."""
+        if capture_routing:
+            raise NotImplementedError("routing capture: scaffold, replaced by the engine branch")
+        return Rollout(*sample_and_score(self.model, prompts, response_len, generator, temperature))
 
     @torch.no_grad()
     def log_probs(self, prompts: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

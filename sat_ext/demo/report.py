@@ -16,13 +16,28 @@ from typing import Iterable
 
 import numpy as np
 
-from .losses import LABELS, SAT_LOSSES
+from .methods import PAPER_LOGRATIO_VAR, PAPER_TABLE1, label, parse_method
 from .train import RunResult
 
-COLORS = {"vanilla": "#1f77b4", "gspo": "#ff7f0e", "dppo_tv": "#2ca02c", "sat": "#d62728", "sat_gspo": "#9467bd"}
+BASE_COLORS = {"vanilla": "#1f77b4", "gspo": "#ff7f0e", "dppo_tv": "#2ca02c", "sat": "#d62728", "sat_gspo": "#9467bd"}
+
+
+def _color(key: str) -> str:
+    return BASE_COLORS.get(parse_method(key).loss, "#7f7f7f")
+
+
+def _is_sat(key: str) -> bool:
+    return parse_method(key).is_sat
+
+
+def _style(key: str) -> str:
+    """Solid for SAT, dashed for the fixed clips; dotted for a method with R3 or TIS."""
+    m = parse_method(key)
+    return ":" if (m.r3 or m.tis or m.toy) else "-" if m.is_sat else "--"
 TABLE_FIELDS = (
     "loss", "label", "mode", "lag", "seeds", "start_reward", "final_mean", "final_std", "best_mean", "best_std",
-    "gain_mean", "lag_steps_mean", "lag_steps_max", "abs_log_ratio_mean", "abs_log_ratio_p99", "clipfrac",
+    "gain_mean", "lag_steps_mean", "lag_steps_max", "abs_log_ratio_mean", "abs_log_ratio_p99", "log_ratio_var",
+    "d_pi", "d_pi_tail", "engine_mismatch", "clipfrac",
     "sat_gate_rate", "sat_radius_low", "sat_radius_high", "sat_newly_clipped", "dropped", "regenerated",
     "nonfinite_steps", "wall_s",
 )
@@ -35,6 +50,13 @@ def _std(xs: list[float]) -> float:
 def _hmean(r: RunResult, key: str) -> float:
     vals = [h[key] for h in r.history if key in h and math.isfinite(h[key])]
     return float(np.mean(vals)) if vals else float("nan")
+
+
+def _tail_mean(r: RunResult, key: str, frac: float = 0.25) -> float:
+    """Mean of ``key`` over the last ``frac`` of the run's steps (the paper's trailing-25% d_pi)."""
+    vals = [h[key] for h in r.history if key in h and math.isfinite(h[key])]
+    tail = vals[-max(1, int(len(vals) * frac)):]
+    return float(np.mean(tail)) if tail else float("nan")
 
 
 def group_runs(results: Iterable[RunResult]) -> dict[tuple[str, int], list[RunResult]]:
@@ -58,9 +80,9 @@ def table_rows(results: list[RunResult], losses: list[str], lags: list[int]) -> 
             lag_max = max(max(r.lag_counts) for r in runs if r.lag_counts)
             n_lag = sum(sum(r.lag_counts.values()) for r in runs)
             lag_mean = sum(k * v for r in runs for k, v in r.lag_counts.items()) / max(n_lag, 1)
-            sat = loss in SAT_LOSSES
+            sat = _is_sat(loss)
             rows.append({
-                "loss": loss, "label": LABELS.get(loss, loss), "mode": runs[0].spec.mode, "lag": lag,
+                "loss": loss, "label": label(loss), "mode": runs[0].spec.mode, "lag": lag,
                 "seeds": len(runs), "start_reward": float(np.mean(starts)),
                 "final_mean": float(np.mean(finals)), "final_std": _std(finals),
                 "best_mean": float(np.mean(bests)), "best_std": _std(bests),
@@ -68,6 +90,10 @@ def table_rows(results: list[RunResult], losses: list[str], lags: list[int]) -> 
                 "lag_steps_mean": lag_mean, "lag_steps_max": float(lag_max),
                 "abs_log_ratio_mean": float(np.mean([_hmean(r, "abs_log_ratio/mean") for r in runs])),
                 "abs_log_ratio_p99": float(np.mean([_hmean(r, "abs_log_ratio/p99") for r in runs])),
+                "log_ratio_var": float(np.mean([_hmean(r, "log_ratio/var") for r in runs])),
+                "d_pi": float(np.mean([_hmean(r, "mismatch/d_pi") for r in runs])),
+                "d_pi_tail": float(np.mean([_tail_mean(r, "mismatch/d_pi") for r in runs])),
+                "engine_mismatch": float(np.mean([_hmean(r, "mismatch/engine") for r in runs])),
                 "clipfrac": float(np.mean([_hmean(r, "actor/pg_clipfrac") for r in runs])),
                 "sat_gate_rate": float(np.mean([_hmean(r, "actor/sat/gate_rate") for r in runs])) if sat else float("nan"),
                 "sat_radius_low": float(np.mean([_hmean(r, "actor/sat/radius_low_mean") for r in runs])) if sat else float("nan"),
@@ -108,7 +134,7 @@ def write_tables(rows: list[dict], out: Path) -> tuple[Path, Path]:
         for k in lags:
             r = by.get((loss, k))
             cells.append("—" if r is None else f"{_fmt(r['final_mean'])} ± {_fmt(r['final_std'])}")
-        lines.append(f"| {LABELS.get(loss, loss)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label(loss)} | " + " | ".join(cells) + " |")
     lines += ["", "Per loss and lag: final and best reward (mean ± std over seeds), consumed lag in trainer steps "
               "(mean / max), staleness |log r| (mean / p99 per step, averaged), clip fraction, SAT gate rate and "
               "mean effective radii (lower / upper).", ""]
@@ -116,7 +142,7 @@ def write_tables(rows: list[dict], out: Path) -> tuple[Path, Path]:
                  "SAT gate | SAT radius lo / hi | dropped |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        sat = r["loss"] in SAT_LOSSES
+        sat = _is_sat(r["loss"])
         lines.append(
             f"| {r['label']} | {r['lag']} | {r['seeds']} | {_fmt(r['final_mean'])} ± {_fmt(r['final_std'])} | "
             f"{_fmt(r['best_mean'])} ± {_fmt(r['best_std'])} | {r['lag_steps_mean']:.1f} / {r['lag_steps_max']:.0f} | "
@@ -158,11 +184,11 @@ def plot_reward_curves(results: list[RunResult], losses: list[str], lags: list[i
             steps = np.array([s for s, _ in runs[0].evals])
             ys = np.array([[v for _, v in r.evals] for r in runs])
             mean = ys.mean(0)
-            sat = loss in SAT_LOSSES
-            ax.plot(steps, mean, color=COLORS.get(loss), label=LABELS.get(loss, loss), lw=2.0 if sat else 1.4,
-                    ls="-" if sat else "--", marker="o" if sat else None, ms=2.5)
+            sat = _is_sat(loss)
+            ax.plot(steps, mean, color=_color(loss), label=label(loss), lw=2.0 if sat else 1.4,
+                    ls=_style(loss), marker="o" if sat else None, ms=2.5)
             if len(runs) > 1:
-                ax.fill_between(steps, ys.min(0), ys.max(0), color=COLORS.get(loss), alpha=0.12)
+                ax.fill_between(steps, ys.min(0), ys.max(0), color=_color(loss), alpha=0.12)
             start = mean[0]
         if start is not None:
             ax.axhline(start, color="grey", ls=":", lw=1)
@@ -194,7 +220,7 @@ def plot_final_vs_lag(rows: list[dict], out: Path, results: list[RunResult] | No
         rs = sorted((r for r in rows if r["loss"] == loss), key=lambda r: r["lag"])
         x = np.array([lags.index(r["lag"]) for r in rs]) + off
         ax.errorbar(x, [r["final_mean"] for r in rs], yerr=[r["final_std"] for r in rs], marker="o", capsize=3,
-                    color=COLORS.get(loss), label=r_label(loss), ls="-" if loss in SAT_LOSSES else "--")
+                    color=_color(loss), label=r_label(loss), ls=_style(loss))
     if rows:
         ax.axhline(float(np.mean([r["start_reward"] for r in rows])), color="grey", ls=":", lw=1, label="warm start")
     ax.set_xticks(range(len(lags)), [str(k) for k in lags])
@@ -214,8 +240,8 @@ def plot_final_vs_lag(rows: list[dict], out: Path, results: list[RunResult] | No
                 xs.append(lags.index(k) + off)
                 ms.append(d[0])
                 ses.append(d[1] if math.isfinite(d[1]) else 0.0)
-            ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, color=COLORS.get(loss), label=r_label(loss),
-                        ls="-" if loss in SAT_LOSSES else "--")
+            ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, color=_color(loss), label=r_label(loss),
+                        ls=_style(loss))
         ax.axhline(0.0, color="grey", lw=1)
         ax.set_xticks(range(len(lags)), [str(k) for k in lags])
         ax.set_xlabel("lag")
@@ -230,14 +256,15 @@ def plot_final_vs_lag(rows: list[dict], out: Path, results: list[RunResult] | No
 
 
 def r_label(loss: str) -> str:
-    return LABELS.get(loss, loss)
+    return label(loss)
 
 
 def plot_sat_diagnostics(results: list[RunResult], lags: list[int], out: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     groups = group_runs(results)
-    sat_losses = [l for l in SAT_LOSSES if any(groups.get((l, k)) for k in lags)]
+    keys = list(dict.fromkeys(l for l, _ in groups))
+    sat_losses = [l for l in keys if _is_sat(l) and any(groups.get((l, k)) for k in lags)]
     if not sat_losses:
         return None
     cmap = plt.get_cmap("viridis")
@@ -334,7 +361,8 @@ def plot_lag_histogram(results: list[RunResult], lags: list[int], out: Path) -> 
 
 # --------------------------------------------------------------------------- summary
 
-SAT_BASE = {"sat": "vanilla", "sat_gspo": "gspo"}
+def _sat_base(key: str) -> str:
+    return parse_method(key).base().key
 
 
 def _paired(results: list[RunResult], a: tuple[str, int], b: tuple[str, int]) -> tuple[float, float, int] | None:
@@ -361,6 +389,41 @@ def _gate_means(results: list[RunResult], loss: str, lag: int) -> dict[str, floa
     return {k.split("/")[-1]: float(np.mean([_hmean(r, k) for r in runs])) for k in keys} if runs else {}
 
 
+def _cell(by: dict, key: str, lag: int, field: str, fmt: str) -> str:
+    r = by.get((key, lag))
+    return "—" if r is None or not math.isfinite(r[field]) else format(r[field], fmt)
+
+
+def paper_lines(rows: list[dict], denominator: str) -> list[str]:
+    """The paper's figures beside the demo's: the calibration (Table 1's d_pi and Table 8's log-ratio variance
+    at lag 1 and 8) and Table 1's AIME24 column beside the demo's final reward, for every method that ran."""
+    by = {(r["loss"], r["lag"]): r for r in rows}
+    keys = [k for k in dict.fromkeys(r["loss"] for r in rows) if k in PAPER_TABLE1]
+    lags = sorted({r["lag"] for r in rows})
+    if not keys or not {1, 8} & set(lags):
+        return []
+    var_l1, var_l8 = PAPER_LOGRATIO_VAR[denominator]
+    lines = ["Calibration against the paper (lag 1 and lag 8; the demo's d_pi = mean |log pi - log mu| over the "
+             "trailing 25% of each run, the paper's = Table 1's last-epoch mean; log-ratio variance = variance of "
+             f"the loss's log-ratio with the {denominator} denominator, Table 8 for GRPO):", "",
+             "| method | paper d_pi lag 1 | demo d_pi lag 1 | paper d_pi lag 8 | demo d_pi lag 8 | "
+             "paper AIME24 lag 1 / 8 | demo final reward lag 1 / 8 |", "|---|---|---|---|---|---|---|"]
+    for k in keys:
+        p = PAPER_TABLE1[k]
+        lines.append(f"| {label(k)} | {p[2]:.4f} | {_cell(by, k, 1, 'd_pi_tail', '.4f')} | {p[3]:.4f} | "
+                     f"{_cell(by, k, 8, 'd_pi_tail', '.4f')} | {p[0]:.2f} / {p[1]:.2f} | "
+                     f"{_cell(by, k, 1, 'final_mean', '.3f')} / {_cell(by, k, 8, 'final_mean', '.3f')} |")
+    if "vanilla" in keys:
+        lines.append(f"| GRPO log-ratio variance (Table 8) | {var_l1:.1e} | {_cell(by, 'vanilla', 1, 'log_ratio_var', '.1e')}"
+                     f" | {var_l8:.1e} | {_cell(by, 'vanilla', 8, 'log_ratio_var', '.1e')} | | |")
+        lines.append(f"| GRPO engine mismatch at equal weights, mean abs(log pi^(l) - log mu) | — | "
+                     f"{_cell(by, 'vanilla', 1, 'engine_mismatch', '.4f')} | — | "
+                     f"{_cell(by, 'vanilla', 8, 'engine_mismatch', '.4f')} | | |")
+    lines += ["", "AIME24 (30B model, pass@1 %) and the demo's exact-match reward are different scales: compare "
+              "orderings, not values. The paper's cells are one seed each.", ""]
+    return lines
+
+
 def summarize(rows: list[dict], header: list[str], results: list[RunResult] | None = None,
               tol_floor: float = 0.03, eval_size: int = 256) -> str:
     """An honest reading of the table, with comparisons paired by seed.
@@ -379,6 +442,8 @@ def summarize(rows: list[dict], header: list[str], results: list[RunResult] | No
     seeds = max(r["seeds"] for r in rows)
     start = float(np.mean([r["start_reward"] for r in rows]))
     lo_lag = lags[0]
+    if results:
+        lines += paper_lines(rows, results[0].spec.denominator)
     lines.append(f"Reward = exact match of the trainer's own policy on {eval_size} held-out problems (sampled at "
                  f"temperature 1); final = mean of the last 3 evaluations; warm start {start:.3f} (mean over "
                  f"{seeds} seed(s)). Comparisons are paired by seed; a difference counts only above "
@@ -392,7 +457,7 @@ def summarize(rows: list[dict], header: list[str], results: list[RunResult] | No
         gains = [r.final - r.evals[0][1] for r in runs]
         se = float(np.std(gains, ddof=1) / math.sqrt(len(gains))) if len(gains) > 1 else float("nan")
         word, _ = _verdict((float(np.mean(gains)), se, len(gains)), tol_floor)
-        lines.append(f"- {LABELS.get(loss, loss)}: {np.mean(gains):+.3f}" + (f" ± {se:.3f}" if math.isfinite(se) else "")
+        lines.append(f"- {label(loss)}: {np.mean(gains):+.3f}" + (f" ± {se:.3f}" if math.isfinite(se) else "")
                      + (" (rises)" if word == "above" else " (falls)" if word == "below" else " (no clear change)"))
     lines.append("")
     lines.append(f"Where each loss breaks as lag grows (final at lag k - final at lag {lo_lag}, same seed):")
@@ -416,10 +481,10 @@ def summarize(rows: list[dict], header: list[str], results: list[RunResult] | No
             verdict = f"first clearly worse at lag {broke}"
         if collapse:
             verdict += f"; at lag {lags[-1]} it ends below its warm start (collapse)"
-        lines.append(f"- {LABELS.get(loss, loss)}: " + (", ".join(parts) if parts else "(one lag only)")
+        lines.append(f"- {label(loss)}: " + (", ".join(parts) if parts else "(one lag only)")
                      + f"; {verdict}.")
-    sat_losses = [l for l in SAT_LOSSES if l in losses]
-    baselines = [l for l in losses if l not in SAT_LOSSES]
+    sat_losses = [l for l in losses if _is_sat(l)]
+    baselines = [l for l in losses if not _is_sat(l)]
     lines.append("")
     if sat_losses and baselines:
         lines.append("Does SAT win? (SAT - baseline, same seed)")
@@ -427,7 +492,7 @@ def summarize(rows: list[dict], header: list[str], results: list[RunResult] | No
         for k in lags:
             cells = []
             for s in sat_losses:
-                rivals = [SAT_BASE[s]] if SAT_BASE[s] in baselines else []
+                rivals = [_sat_base(s)] if _sat_base(s) in baselines else []
                 best = max((b for b in baselines if (b, k) in by), key=lambda b: by[(b, k)]["final_mean"], default=None)
                 if best is not None and best not in rivals:
                     rivals.append(best)
@@ -437,8 +502,8 @@ def summarize(rows: list[dict], header: list[str], results: list[RunResult] | No
                         continue
                     word, tol = _verdict(d, tol_floor)
                     tally[word] += 1
-                    tag = "its base" if b == SAT_BASE[s] else "best baseline"
-                    cells.append(f"{LABELS[s]} vs {LABELS.get(b, b)} ({tag}) {d[0]:+.3f}"
+                    tag = "its base" if b == _sat_base(s) else "best baseline"
+                    cells.append(f"{label(s)} vs {label(b)} ({tag}) {d[0]:+.3f}"
                                  + (f" ± {d[1]:.3f}" if math.isfinite(d[1]) else "")
                                  + {"above": " WIN", "below": " LOSS", "tie": " tie"}[word])
             if cells:
@@ -449,8 +514,10 @@ def summarize(rows: list[dict], header: list[str], results: list[RunResult] | No
         lines.append("Only SAT losses ran, so there is no comparison with a baseline.")
     if sat_losses:
         lines.append("")
-        lines.append("What SAT did (per step averages): gate threshold q (the 90% quantile of |log r|) against "
-                     "the nominal radius, and the fraction of tokens SAT newly clipped:")
+        lines.append("Does SAT's gate engage? (per step averages) gate rate (share of tokens with |d| > q; at most "
+                     "10%, ties make it lower), gate threshold q (the 90% quantile of |d|) against the nominal "
+                     "radius, and the fraction of tokens SAT newly clipped (inside the nominal interval, outside "
+                     "the contracted one):")
         for s in sat_losses:
             run0 = next((r for r in results if r.spec.loss == s), None)
             eps = run0.spec.setting.eps_high if run0 else float("nan")
@@ -460,15 +527,16 @@ def summarize(rows: list[dict], header: list[str], results: list[RunResult] | No
                 g = _gate_means(results, s, k)
                 if not g:
                     continue
-                cells.append(f"lag {k}: q {g['threshold_q']:.3f}, newly clipped {g['newly_clipped_frac']:.4f}")
+                cells.append(f"lag {k}: gate {g['gate_rate']:.3f}, q {g['threshold_q']:.3f}, "
+                             f"newly clipped {g['newly_clipped_frac']:.4f}")
                 if crossed is None and g["threshold_q"] > eps:
                     crossed = k
-            note = ""
+            note = f" q stays below the nominal radius {eps:g} at every lag: the gate can act."
             if crossed is not None:
                 note = (f" From lag {crossed} on q exceeds the nominal radius {eps:g}, so every gated token starts "
                         f"the update already outside the nominal interval: the contraction then mostly lands where "
-                        f"the base loss clips anyway, and SAT does less, not more, as lag grows.")
-            lines.append(f"- {LABELS[s]}: " + "; ".join(cells) + "." + note)
+                        f"the base loss clips anyway.")
+            lines.append(f"- {label(s)}: " + "; ".join(cells) + "." + note)
     if len(lags) > 1:
         lines.append("")
         cells = []

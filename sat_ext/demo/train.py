@@ -18,6 +18,7 @@ tick), trains, ``complete_step()``, and when a sync is due broadcasts its weight
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import time
@@ -27,11 +28,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .losses import LossSetting, grpo_advantages, make_loss
+from .losses import TIS_CAP, LossSetting, grpo_advantages, make_loss
+from .methods import Method
 from .model import Mismatch, ModelConfig, RolloutEngine, build_policy, sample, token_log_probs
 from .task import VOCAB, AdditionTask, response_mask
 
 MODES = ("interval", "bounded")
+DENOMINATORS = ("checkpoint", "rollout")
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,14 @@ class WarmStartSpec:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything one RL run depends on (with its warm start)."""
+    """Everything one RL run depends on (with its warm start).
 
-    loss: str
+    The paper's recipe by default: one optimizer step per batch (``mini_batches=1``) and
+    ``denominator="checkpoint"``: the ratio's denominator is the trainer-side log-prob under the weights of
+    the sync that generated the batch, pi^(l) (Table 9); ``"rollout"`` takes the engine's log-prob mu
+    (App. E.6, verl's bypass mode). DPPO always takes mu (its threshold is on pi - mu)."""
+
+    method: Method
     lag: int
     seed: int
     setting: LossSetting
@@ -64,8 +72,10 @@ class RunSpec:
     steps: int = 120
     prompts_per_step: int = 8
     group_size: int = 8
-    mini_batches: int = 2
+    mini_batches: int = 1
     lr: float = 1e-3
+    denominator: str = "checkpoint"
+    tis_cap: float = TIS_CAP
     grad_clip: float = 1.0
     temperature: float = 1.0
     mismatch: Mismatch = Mismatch()
@@ -86,10 +96,27 @@ class RunSpec:
         if self.prompts_per_step % self.mini_batches:
             raise ValueError(f"prompts_per_step ({self.prompts_per_step}) must be divisible by mini_batches "
                              f"({self.mini_batches})")
+        if self.denominator not in DENOMINATORS:
+            raise ValueError(f"denominator must be one of {list(DENOMINATORS)}, got {self.denominator!r}")
+        if self.method.tis and self.denominator == "rollout":
+            raise ValueError(f"method {self.method.key!r}: TIS weights pi^(l) / mu, the gap between the checkpoint "
+                             "denominator and the engine; with denominator 'rollout' that gap is already in the ratio")
+        if not (math.isfinite(self.tis_cap) and self.tis_cap > 0):
+            raise ValueError(f"tis_cap must be a finite number > 0, got {self.tis_cap!r}")
+
+    @property
+    def loss(self) -> str:
+        """The method's key (``<loss>[+toy][+tis][+r3]``): what tables and plots group by."""
+        return self.method.key
+
+    @property
+    def ratio_denominator(self) -> str:
+        """The denominator this run's loss actually takes ("rollout" for DPPO whatever ``denominator`` says)."""
+        return "rollout" if self.method.needs_rollout_denominator else self.denominator
 
     @property
     def run_id(self) -> str:
-        return f"{self.loss}-{self.mode}{self.lag}-s{self.seed}"
+        return f"{self.method.key}-{self.mode}{self.lag}-s{self.seed}"
 
 
 @dataclass
@@ -172,15 +199,18 @@ def warm_start(spec: WarmStartSpec) -> tuple[dict[str, torch.Tensor], dict[str, 
 
 @dataclass
 class _Group:
-    """One prompt group as the producer hands it in: G responses with the engine's log-probs."""
+    """One prompt group as the producer hands it in: G responses, the engine's log-probs mu, the trainer-side
+    log-probs pi^(l) under the weights of the sync that generated them, and the engine's routing (R3)."""
 
     index: int
     problem: Any
     prompt: torch.Tensor
     responses: torch.Tensor
-    old_log_prob: torch.Tensor
+    rollout_log_prob: torch.Tensor
+    checkpoint_log_prob: torch.Tensor
     mask: torch.Tensor
     rewards: torch.Tensor
+    routing: torch.Tensor | None = None
 
 
 @dataclass
@@ -219,7 +249,8 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
     policy = build_policy(spec.warm.model, seed=spec.warm.seed)
     policy.load_state_dict(warm_state)
     engine = RolloutEngine(policy, spec.mismatch, seed=spec.seed)
-    loss_fn = make_loss(spec.loss, spec.setting, spec.backend, spec.group_size)
+    checkpoint = _frozen_copy(policy)  # the trainer's weights at the last sync: pi^(l) of every batch it generates
+    loss_fn = make_loss(spec.method.loss, spec.setting, spec.backend, spec.group_size)
     opt = torch.optim.AdamW(policy.parameters(), lr=spec.lr, betas=(0.9, 0.99), weight_decay=0.0)
     params = [p for p in policy.parameters() if p.requires_grad]
 
@@ -258,12 +289,18 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
             G = spec.group_size
             probs = [problem(c.sample_id) for c in claims]
             prompts = task.prompt_ids(probs).repeat_interleave(G, dim=0)
-            responses, old_lp = engine.generate(prompts, task.response_len, sample_gen, spec.temperature)
+            rollout = engine.generate(prompts, task.response_len, sample_gen, spec.temperature,
+                                      capture_routing=spec.method.r3)
+            responses = rollout.responses
+            with torch.no_grad():
+                ckpt_lp = _log_probs(checkpoint, prompts, responses, spec, rollout.routing)
             mask = response_mask(responses)
             rewards = task.rewards([p for p in probs for _ in range(G)], responses)
             for j, c in enumerate(claims):
                 sl = slice(j * G, (j + 1) * G)
-                grp = _Group(c.sample_id, probs[j], prompts[sl], responses[sl], old_lp[sl], mask[sl], rewards[sl])
+                routing = rollout.routing[:, sl] if rollout.routing is not None else None
+                grp = _Group(c.sample_id, probs[j], prompts[sl], responses[sl], rollout.log_probs[sl], ckpt_lp[sl],
+                             mask[sl], rewards[sl], routing)
                 inflight.append(_InFlight(now + latency(), c, grp))
         elif not inflight:
             producer_idle_ticks += 1
@@ -301,6 +338,7 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
                 now += 1
                 produce()
             engine.sync(policy, ctrl.version + 1)
+            _copy_weights(checkpoint, policy)
             ctrl.record_sync()
         lagm = ctrl.pop_metrics()
         rec = {"step": float(ctrl.steps_done), **step_metrics,
@@ -320,26 +358,69 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
     return RunResult(spec, history, evals, lag_counts, totals, time.perf_counter() - t0)
 
 
+def _frozen_copy(policy: torch.nn.Module) -> torch.nn.Module:
+    model = copy.deepcopy(policy)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+@torch.no_grad()
+def _copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
+    params = dict(src.named_parameters())
+    for name, p in dst.named_parameters():
+        p.copy_(params[name].detach())
+
+
+def _log_probs(model: torch.nn.Module, prompts: torch.Tensor, responses: torch.Tensor, spec: RunSpec,
+               routing: torch.Tensor | None) -> torch.Tensor:
+    """The trainer's log-probs; with R3 its forward replays the engine's experts (paper Eq. 40)."""
+    if spec.method.r3:
+        return token_log_probs(model, prompts, responses, spec.temperature, routing=routing)
+    return token_log_probs(model, prompts, responses, spec.temperature)
+
+
+def tis_weights(checkpoint_lp: torch.Tensor, rollout_lp: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:
+    """TIS (paper Eq. 41, verl's token-level rollout correction): w = min(pi^(l) / mu, C), 0 off the mask."""
+    w = torch.exp((checkpoint_lp - rollout_lp).clamp(max=math.log(cap)))
+    return torch.where(mask, w, torch.zeros_like(w))
+
+
+def _masked_stats(x: torch.Tensor) -> dict[str, float]:
+    return {"mean": float(x.abs().mean()), "var": float(x.var(unbiased=False))} if x.numel() else \
+        {"mean": 0.0, "var": 0.0}
+
+
 def _train_step(spec: RunSpec, policy, opt, params, loss_fn, groups: list, kind: str) -> dict[str, float]:
-    """One trainer step on a batch of groups: GRPO advantages, then ``mini_batches`` optimizer updates."""
+    """One trainer step on a batch of groups: GRPO advantages, then ``mini_batches`` optimizer updates.
+
+    The loss's ratio is pi / pi^(l) (``ratio_denominator == "checkpoint"``) or pi / mu ("rollout"). Logged
+    beside the loss's own metrics: ``abs_log_ratio/*`` and ``log_ratio/var`` of that ratio (Table 8),
+    ``mismatch/d_pi`` = mean |log pi - log mu| (Eq. 52, the paper's d_pi) and ``mismatch/engine`` = mean
+    |log pi^(l) - log mu| (the engine's numerics and routing at equal weights)."""
     G = spec.group_size
     prompts = torch.cat([g.prompt for g in groups])
     responses = torch.cat([g.responses for g in groups])
-    old_lp = torch.cat([g.old_log_prob for g in groups])
+    mu = torch.cat([g.rollout_log_prob for g in groups])
+    ckpt = torch.cat([g.checkpoint_log_prob for g in groups])
     mask = torch.cat([g.mask for g in groups])
     rewards = torch.cat([g.rewards for g in groups])
+    routing = torch.cat([g.routing for g in groups], dim=1) if spec.method.r3 else None
+    old_lp = ckpt if spec.ratio_denominator == "checkpoint" else mu
+    weights = tis_weights(ckpt, mu, mask, spec.tis_cap) if spec.method.tis else None
     group_ids = np.repeat(np.arange(len(groups)), G)
     adv = grpo_advantages(rewards, mask, group_ids, kind)
     per_mb = (len(groups) // spec.mini_batches) * G
     sums: dict[str, float] = {}
-    d_all = []
+    d_all, dmu_all = [], []
     loss_sum, n_mb, grad_norms = 0.0, 0, []
     for start in range(0, responses.shape[0], per_mb):
         sl = slice(start, start + per_mb)
-        lp = token_log_probs(policy, prompts[sl], responses[sl], spec.temperature)
+        lp = _log_probs(policy, prompts[sl], responses[sl], spec, routing[:, sl] if routing is not None else None)
         m = mask[sl]
         d_all.append((lp.detach() - old_lp[sl])[m])
-        loss, metrics = loss_fn(old_lp[sl], lp, adv[sl], m)
+        dmu_all.append((lp.detach() - mu[sl])[m])
+        loss, metrics = loss_fn(old_lp[sl], lp, adv[sl], m, weights[sl] if weights is not None else None)
         opt.zero_grad(set_to_none=True)
         if torch.isfinite(loss):
             loss.backward()
@@ -351,10 +432,18 @@ def _train_step(spec: RunSpec, policy, opt, params, loss_fn, groups: list, kind:
         n_mb += 1
         for k, v in metrics.items():
             sums[k] = sums.get(k, 0.0) + float(v)
-    d = torch.cat(d_all).abs()
+    d = torch.cat(d_all)
+    d_stats = _masked_stats(d)
     out = {"loss": loss_sum / n_mb, "train_reward": float(rewards.mean()),
            "grad_norm": float(np.mean(grad_norms)) if grad_norms else float("nan"),
-           "response_len": float(mask.float().sum(-1).mean())}
+           "response_len": float(mask.float().sum(-1).mean()),
+           "log_ratio/var": d_stats["var"],
+           "mismatch/d_pi": _masked_stats(torch.cat(dmu_all))["mean"],
+           "mismatch/engine": _masked_stats((ckpt - mu)[mask])["mean"]}
+    if weights is not None:
+        w = weights[mask]
+        out["tis/weight_mean"] = float(w.mean())
+        out["tis/capped_frac"] = float((w >= spec.tis_cap * (1 - 1e-6)).float().mean())
     out.update({k: v / n_mb for k, v in sums.items()})
-    out.update({f"abs_log_ratio/{k}": v for k, v in _quantiles(d).items()})
+    out.update({f"abs_log_ratio/{k}": v for k, v in _quantiles(d.abs()).items()})
     return out

@@ -1,6 +1,7 @@
 import pytest
 
 from sat_ext.demo.losses import default_settings
+from sat_ext.demo.methods import Method
 from sat_ext.demo.model import Mismatch, build_policy
 from sat_ext.demo.train import RunSpec, WarmStartSpec, lag_config, run
 from sat_ext.lag.schedule import scheduled_lag
@@ -12,7 +13,7 @@ def warm_state():
 
 
 def _spec(**kw):
-    base = dict(loss="sat", lag=4, seed=0, setting=default_settings()["sat"], backend="core", steps=12,
+    base = dict(method=Method("sat"), lag=4, seed=0, setting=default_settings()["sat"], backend="core", steps=12,
                 prompts_per_step=2, group_size=2, mini_batches=1, eval_every=100, eval_size=8,
                 mismatch=Mismatch(engine="bf16"), warm=WarmStartSpec(seed=0))
     base.update(kw)

@@ -22,7 +22,8 @@ def setup():
 
 def _gen(policy, task, prompts, mismatch):
     eng = RolloutEngine(policy, mismatch, seed=0)
-    resp, lp = eng.generate(prompts, task.response_len, torch.Generator().manual_seed(2))
+    out = eng.generate(prompts, task.response_len, torch.Generator().manual_seed(2))
+    resp, lp = out.responses, out.log_probs
     with torch.no_grad():
         trainer = token_log_probs(policy, prompts, resp)
     return eng, resp, lp, trainer, response_mask(resp)
