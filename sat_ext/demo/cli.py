@@ -21,11 +21,18 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any, Callable
 
-DEFAULT_LAGS = (1, 2, 4, 8, 16, 32)
-DEFAULT_METHODS = ("vanilla", "gspo", "dppo_tv", "dppo_tv+toy", "sat", "sat_gspo", "gspo+r3", "sat_gspo+r3")
-DEFAULT_SEEDS = 3
-DEFAULT_STEPS = 120
-QUICK = dict(lags=(1, 8), seeds=1, steps=40, eval_every=10, eval_size=128)
+PRESETS: dict[str, dict[str, Any]] = {
+    # The default sweep: the part of Table 1's grid the CPU affords, over the paper's lags and beyond.
+    "default": dict(methods=("vanilla", "gspo", "dppo_tv", "dppo_tv+toy", "sat", "sat_gspo", "gspo+r3",
+                             "sat_gspo+r3"),
+                    lags=(1, 2, 4, 8, 16, 32), seeds=3, steps=120, eval_every=10, eval_size=256),
+    # CI: GRPO, SAT-GRPO and SAT-GSPO w/ R3 (every moving part: both SAT losses, R3, both lags).
+    "quick": dict(methods=("vanilla", "sat", "sat_gspo+r3"), lags=(1, 8), seeds=1, steps=30, eval_every=10,
+                  eval_size=128),
+    # The long horizon: where the paper sees GRPO and GSPO collapse late at lag 8 (steps 429 / 424).
+    "long": dict(methods=("vanilla", "gspo", "sat", "sat_gspo"), lags=(8, 32), seeds=2, steps=600, eval_every=25,
+                 eval_size=256),
+}
 WARM_FORMAT = 1  # bump when the warm start's code changes, so old cache files are not reused
 
 
@@ -43,6 +50,11 @@ def _str_list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _describe(preset: dict[str, Any]) -> str:
+    return (f"methods {','.join(preset['methods'])}, lags {','.join(map(str, preset['lags']))}, "
+            f"{preset['seeds']} seed(s), {preset['steps']} steps")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sat-ext demo",
@@ -51,20 +63,23 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("sweep")
-    g.add_argument("--quick", action="store_true",
-                   help="CI form: lags 1,8, one seed, 40 steps, GRPO and SAT-GRPO only (other flags still apply)")
+    g.add_argument("--quick", dest="preset", action="store_const", const="quick", default="default",
+                   help="the CI form: " + _describe(PRESETS["quick"]) + " (other flags still apply)")
+    g.add_argument("--long", dest="preset", action="store_const", const="long",
+                   help="the long horizon: " + _describe(PRESETS["long"]))
     g.add_argument("--out", default="demo_out", help="output directory")
     g.add_argument("--methods", "--losses", dest="methods", type=_str_list, default=None,
                    help="comma list of methods <loss>[+toy][+tis][+r3], loss in vanilla (GRPO), gspo, dppo_tv, sat "
-                        "(SAT-GRPO), sat_gspo; e.g. sat_gspo+r3 = SAT-GSPO w/ R3; None: "
-                        + ",".join(DEFAULT_METHODS) + " (--quick: vanilla,sat)")
+                        "(SAT-GRPO), sat_gspo; e.g. sat_gspo+r3 = SAT-GSPO w/ R3; None: the preset's "
+                        "(default: " + ",".join(PRESETS["default"]["methods"]) + ")")
     g.add_argument("--lags", type=_int_list, default=None,
-                   help="comma list of lags; None: " + ",".join(map(str, DEFAULT_LAGS)) + " (--quick: 1,8)")
-    g.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1; None: 3 (--quick: 1)")
+                   help="comma list of lags; None: the preset's (default: "
+                        + ",".join(map(str, PRESETS["default"]["lags"])) + ")")
+    g.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1; None: the preset's")
     g.add_argument("--mode", choices=("interval", "bounded"), default="interval",
                    help="interval: weights reach the rollout copy every <lag> steps (the paper's lag k); "
                         "bounded: a sync every step and no consumed sample older than <lag> (max_lag)")
-    g.add_argument("--steps", type=int, default=None, help="trainer steps per run; None: 120 (--quick: 40)")
+    g.add_argument("--steps", type=int, default=None, help="trainer steps per run; None: the preset's")
     g.add_argument("--backend", choices=("auto", "verl", "core"), default="auto",
                    help="verl: losses from verl's registry, GRPO advantages from verl; core: sat_ext.core, SAT only")
     g.add_argument("--jobs", type=int, default=None, help="worker processes; None: the number of CPU cores, at most 4")
@@ -88,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DPPO-TV threshold of the dppo_tv+toy method (not the paper's 1e-3); None: the demo's "
                         "tuned value")
     r.add_argument("--temperature", type=float, default=1.0)
-    r.add_argument("--eval-every", type=int, default=None, help="steps between evaluations; None: 10")
-    r.add_argument("--eval-size", type=int, default=None, help="held-out problems per evaluation; None: 256 (--quick: 128)")
+    r.add_argument("--eval-every", type=int, default=None, help="steps between evaluations; None: the preset's")
+    r.add_argument("--eval-size", type=int, default=None, help="held-out problems per evaluation; None: the preset's")
     r.add_argument("--gspo-eps", type=float, nargs=2, default=(0.2, 0.2), metavar=("LOW", "HIGH"),
                    help="GSPO / SAT-GSPO sequence clip radii (the SAT paper's 0.2 0.2, Table 9)")
     a = p.add_argument_group("asynchrony and mismatch")
@@ -283,12 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sat-ext demo: {e}", file=sys.stderr)
         return 2
     have = available_losses(kind)
-    if args.methods is not None:
-        keys = args.methods
-    elif args.quick:
-        keys = ["vanilla", "sat"] if kind == "verl" else ["sat"]
-    else:
-        keys = list(DEFAULT_METHODS)
+    preset = PRESETS[args.preset]
+    keys = args.methods if args.methods is not None else list(preset["methods"])
     try:
         methods = list(dict.fromkeys(parse_method(k) for k in keys))
     except ValueError as e:
@@ -308,11 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     if kind == "core":
         notes.append("backend: sat_ext.core (verl not used): SAT losses with a local aggregation, GRPO advantages "
                      "computed by the demo itself")
-    lags = args.lags or list(QUICK["lags"] if args.quick else DEFAULT_LAGS)
-    n_seeds = args.seeds if args.seeds is not None else (QUICK["seeds"] if args.quick else DEFAULT_SEEDS)
-    steps = args.steps if args.steps is not None else (QUICK["steps"] if args.quick else DEFAULT_STEPS)
-    eval_every = args.eval_every or (QUICK["eval_every"] if args.quick else 10)
-    eval_size = args.eval_size or (QUICK["eval_size"] if args.quick else 256)
+    lags = args.lags or list(preset["lags"])
+    n_seeds = args.seeds if args.seeds is not None else preset["seeds"]
+    steps = args.steps if args.steps is not None else preset["steps"]
+    eval_every = args.eval_every or preset["eval_every"]
+    eval_size = args.eval_size or preset["eval_size"]
     if n_seeds < 1 or steps < 1:
         print("sat-ext demo: --seeds and --steps must be >= 1", file=sys.stderr)
         return 2
