@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         print("sat-ext demo: --seeds and --steps must be >= 1", file=sys.stderr)
         return 2
     latency = args.latency_mean if args.latency_mean is not None else (1.0 if args.mode == "bounded" else 0.0)
-    from .engines import resolve_engine
+    from .engines import close_pool, resolve_engine
 
     try:
         engine, engine_note = resolve_engine(args.engine)
@@ -409,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                     rl_bar.set_postfix_str(f"runs {n_done}/{len(specs)}", refresh=False)
     finally:
         runner.close()
+        close_pool()  # the in-process (--jobs 1) runs' vLLM engine
         warm_bar.close()
         rl_bar.close()
     warm_wall = t_warm_done - t_start

@@ -143,9 +143,10 @@ class VLLMEngine:
         if mismatch.route_noise or mismatch.rollout_top_k is not None:
             raise ValueError("the vLLM engine takes no emulated routing mismatch (route_noise / rollout_top_k): "
                              "its mismatch is its own numerics")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its start-up log would bury the demo's progress
         from vllm import LLM
 
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         self.dtype = ENGINE_DTYPES[mismatch.engine]
         self.mismatch = mismatch
         self.top_k = int(policy.config.num_experts_per_tok)

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from sat_ext.demo import cli, losses
+from sat_ext.demo.engine_vllm import vllm_available
 
 TINY = ["--steps", "4", "--sft-max-steps", "25", "--eval-every", "2", "--eval-size", "16", "--jobs", "1",
         "--no-progress", "--prompts-per-step", "4", "--group-size", "4"]
@@ -15,21 +16,25 @@ def _rows(path):
 
 
 def test_quick_end_to_end(tmp_path):
+    """``sat-ext demo --quick`` (tiny sizes) with the default engine: the real vLLM engine where installed."""
     out = tmp_path / "out"
     rc = cli.main(["--quick", *TINY, "--out", str(out), "--cache-dir", str(tmp_path / "cache")])
     assert rc == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["engine"] == ("vllm" if vllm_available()[0] else "emulated")
     for name in ("results.csv", "results.md", "summary.md", "runs.csv", "history.jsonl", "manifest.json",
                  "reward_curves.png", "final_vs_lag.png", "sat_diagnostics.png", "lag_histogram.png"):
         assert (out / name).stat().st_size > 0, name
     rows = _rows(out / "results.csv")
-    expect_losses = ["vanilla", "sat"] if losses.verl_available() else ["sat"]
+    expect_losses = ["vanilla", "sat", "sat_gspo+r3"] if losses.verl_available() else ["sat", "sat_gspo+r3"]
     assert [(r["loss"], int(r["lag"])) for r in rows] == [(l, k) for l in expect_losses for k in (1, 8)]
     assert all(int(r["seeds"]) == 1 for r in rows)
     md = (out / "results.md").read_text()
-    assert "| SAT-GRPO |" in md and "lag 8" in md
+    assert "| SAT-GRPO |" in md and "| SAT-GSPO w/ R3 |" in md and "lag 8" in md
     summary = (out / "summary.md").read_text()
-    assert "Where each loss breaks" in summary and "Does SAT win?" in summary and "Wall time" in summary
-    manifest = json.loads((out / "manifest.json").read_text())
+    for part in ("Where each loss breaks", "Does SAT win?", "Wall time", "Calibration against the paper",
+                 "Does SAT's gate engage?", "| GRPO | 0.0103 |"):
+        assert part in summary, part
     assert manifest["lags"] == [1, 8]
     history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
     assert len(history) == len(rows)
@@ -42,7 +47,7 @@ def test_without_verl_only_sat_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(losses, "verl_available", lambda: False)
     out = tmp_path / "out"
     rc = cli.main([*TINY, "--losses", "vanilla,sat", "--lags", "2", "--seeds", "1", "--out", str(out),
-                   "--no-cache"])
+                   "--no-cache", "--engine", "emulated"])
     assert rc == 0
     err = capsys.readouterr().err
     assert "verl is not installed: skipping ['vanilla']" in err
@@ -53,7 +58,11 @@ def test_without_verl_only_sat_runs(tmp_path, monkeypatch, capsys):
 
 def test_bad_arguments(tmp_path, capsys):
     assert cli.main(["--losses", "nope", "--out", str(tmp_path)]) == 2
-    assert "unknown loss" in capsys.readouterr().err
+    assert "unknown loss 'nope'" in capsys.readouterr().err
+    assert cli.main(["--methods", "dppo_tv+r3", "--out", str(tmp_path)]) == 2
+    assert "composes R3 with" in capsys.readouterr().err
+    assert cli.main(["--methods", "vanilla+tis", "--denominator", "rollout", "--out", str(tmp_path)]) == 2
+    assert "TIS weights" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["--lags", "a,b"])
 
