@@ -71,10 +71,10 @@ class RunSpec:
     backend: str = "verl"
     mode: str = "interval"
     steps: int = 120
-    prompts_per_step: int = 8
+    prompts_per_step: int = 16
     group_size: int = 8
     mini_batches: int = 1
-    lr: float = 1e-3
+    lr: float = 5e-5
     denominator: str = "checkpoint"
     tis_cap: float = TIS_CAP
     engine: str = "emulated"
