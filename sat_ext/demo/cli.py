@@ -24,7 +24,7 @@ from typing import Any, Callable
 PRESETS: dict[str, dict[str, Any]] = {
     # The default sweep: the paper's main rows over its lags and beyond, in about 15 minutes on 2 cores.
     "default": dict(methods=("vanilla", "gspo", "dppo_tv+toy", "sat", "sat_gspo", "sat_gspo+r3"),
-                    lags=(1, 2, 4, 8, 16, 32), seeds=2, steps=100, eval_every=10, eval_size=256),
+                    lags=(1, 2, 4, 8, 16, 32), seeds=2, steps=80, eval_every=10, eval_size=256),
     # Table 1's grid at the paper's lags: every method it reports, R3 and TIS rows included.
     "table1": dict(methods=("vanilla", "gspo", "vanilla+r3", "gspo+r3", "vanilla+tis", "gspo+tis", "vanilla+tis+r3",
                             "gspo+tis+r3", "dppo_tv", "dppo_tv+toy", "sat", "sat_gspo", "sat+r3", "sat_gspo+r3"),

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import atexit
+import multiprocessing.util
 from typing import Any
 
 import torch
@@ -46,6 +47,10 @@ def engine_for(kind: str, policy: torch.nn.Module, mismatch: Mismatch, seed: int
     key = (mismatch, policy.config.to_json_string())
     engine = _POOL.get(key)
     if engine is None:
+        if not _POOL:
+            # A worker of the demo's process pool exits through multiprocessing, which skips atexit and joins
+            # its children first: close the engine before that, or the worker waits on it forever.
+            multiprocessing.util.Finalize(None, close_pool, exitpriority=10)
         engine = _POOL[key] = VLLMEngine(policy, mismatch, seed=seed)
     else:
         engine.sync(policy, 0)

@@ -546,6 +546,10 @@ def summarize(rows: list[dict], header: list[str], results: list[RunResult] | No
                          f"{max(r['lag_steps_max'] for r in rk):.0f} max steps, |log r| mean "
                          f"{np.mean([r['abs_log_ratio_mean'] for r in rk]):.3f}, p99 "
                          f"{np.mean([r['abs_log_ratio_p99'] for r in rk]):.2f}")
-        lines.append("Staleness consumed (all losses): " + "; ".join(cells) + f". At lag {lo_lag} it is the "
-                     "engine and routing mismatch plus the updates within a step.")
+        denominator = results[0].spec.ratio_denominator if results else "checkpoint"
+        what = ("the policy-update lag alone (checkpoint denominator: the engine's mismatch is out of the ratio)"
+                if denominator == "checkpoint" else "the policy-update lag plus the engine's mismatch (rollout "
+                "denominator)")
+        lines.append("Staleness consumed (all methods; log r = the losses' log-ratio, " + what + "): "
+                     + "; ".join(cells) + ".")
     return "\n".join(lines) + "\n"

@@ -1,23 +1,10 @@
 import pytest
 import torch
 
-from sat_ext.demo.model import (Mismatch, RolloutEngine, build_policy, policy_inputs, router_choices, routers,
-                                token_log_probs)
-from sat_ext.demo.task import AdditionTask, response_mask
+from sat_ext.demo.model import Mismatch, RolloutEngine, build_policy, policy_inputs, router_choices, token_log_probs
+from sat_ext.demo.task import response_mask
 
 
-@pytest.fixture(scope="module")
-def setup():
-    torch.manual_seed(0)
-    policy = build_policy(seed=0)
-    # Give the routers realistic scale (a trained router is far from its init), deterministically.
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(3)
-        for r in routers(policy):
-            r.weight.copy_(torch.randn(r.weight.shape, generator=g) * 0.08)
-    task = AdditionTask()
-    prompts = task.prompt_ids(task.sample(32, torch.Generator().manual_seed(1))).repeat_interleave(4, 0)
-    return policy, task, prompts
 
 
 def _gen(policy, task, prompts, mismatch):

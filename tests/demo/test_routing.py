@@ -3,22 +3,10 @@
 import pytest
 import torch
 
-from sat_ext.demo.model import (Mismatch, RolloutEngine, build_policy, policy_inputs, router_choices, routers,
-                                token_log_probs)
+from sat_ext.demo.model import Mismatch, RolloutEngine, policy_inputs, router_choices, routers, token_log_probs
 from sat_ext.demo.routing import capture_routing, replay_routing
-from sat_ext.demo.task import AdditionTask, response_mask
+from sat_ext.demo.task import response_mask
 
-
-@pytest.fixture(scope="module")
-def setup():
-    policy = build_policy(seed=0)
-    with torch.no_grad():  # routers at a trained scale, so perturbed routing flips some choices
-        g = torch.Generator().manual_seed(3)
-        for r in routers(policy):
-            r.weight.copy_(torch.randn(r.weight.shape, generator=g) * 0.08)
-    task = AdditionTask()
-    prompts = task.prompt_ids(task.sample(32, torch.Generator().manual_seed(1))).repeat_interleave(4, 0)
-    return policy, task, prompts
 
 
 def _trainer_choices(policy, prompts, responses, routing=None):
