@@ -5,8 +5,9 @@
 #
 #   bash examples/openrlhf_aime_qwen3_30b/run.sh VARIANT [LAG] [extra OpenRLHF / --sat.* flags ...]
 #
-# VARIANT: sat_gspo (SAT-GSPO), sat (SAT-GRPO: token-level SAT on group_norm advantages), and the
-#          baselines gspo and grpo (OpenRLHF's own losses; see the README for how they differ from verl's)
+# VARIANT: Table 1's rows that OpenRLHF 0.11.2 can express (README: which rows it cannot, and why):
+#          sat_grpo (SAT-GRPO; `sat` is the same), sat_gspo (SAT-GSPO), and OpenRLHF's own losses as the
+#          baselines grpo, grpo_tis (GRPO w/ TIS) and gspo
 # LAG:     1 (default) or 8: weights are broadcast to vLLM after every 1 or 8 optimizer steps (asynchronous,
 #          sat_ext's lag modes: --lag.mode bounded --lag.max_lag 1 / --lag.mode interval --lag.interval 8)
 # Extra flags are appended after the script's (argparse: the last value of a flag wins).
@@ -27,27 +28,33 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then usage; exit 0; fi
 
 VARIANT="$1"; shift
 LAG=1
 if [[ $# -gt 0 && "$1" =~ ^[0-9]+$ ]]; then LAG="$1"; shift; fi
 
+# Correction of the trainer/rollout mismatch for OpenRLHF's `ppo` loss (its ratio is against the trainer's own
+# recomputed log-probs; these weight each token by old/rollout): ICEPOP-style mask at OpenRLHF's default band
+# (the plain GRPO row), or TIS (Table 1's "w/ TIS": the IS weight truncated at 2).
+ICEPOP=(--algo.advantage.is_correction_mode mask --algo.advantage.is_correction_threshold 0.5 5.0)
+TIS=(--algo.advantage.is_correction_mode clip --algo.advantage.is_correction_threshold 2.0)
+SAT_FLAGS=(--sat.quantile 0.9 --sat.quantile_rule inverse_cdf --sat.gate_scope micro --sat.kernel hill
+           --sat.exponent 2.0 --sat.c_min 0.0 --sat.nonfinite mask)
 case "${VARIANT}" in
-    sat)      LOSS=(--actor.policy_loss_type sat --actor.eps_clip_low_high 0.2 0.2 --actor.dual_clip 3.0
-                    --actor.loss_agg_mode token-mean
-                    --sat.quantile 0.9 --sat.quantile_rule inverse_cdf --sat.gate_scope micro --sat.kernel hill
-                    --sat.exponent 2.0 --sat.c_min 0.0 --sat.nonfinite mask) ;;
+    sat|sat_grpo)
+              LOSS=(--actor.policy_loss_type sat --actor.eps_clip_low_high 0.2 0.2 --actor.dual_clip 3.0
+                    --actor.loss_agg_mode token-mean "${SAT_FLAGS[@]}") ;;
     sat_gspo) LOSS=(--actor.policy_loss_type sat_gspo --actor.eps_clip_low_high 0.2 0.2
-                    --actor.loss_agg_mode seq-mean-token-mean
-                    --sat.quantile 0.9 --sat.quantile_rule inverse_cdf --sat.gate_scope micro --sat.kernel hill
-                    --sat.exponent 2.0 --sat.c_min 0.0 --sat.gspo_gate_level broadcast --sat.nonfinite mask) ;;
+                    --actor.loss_agg_mode seq-mean-token-mean "${SAT_FLAGS[@]}" --sat.gspo_gate_level broadcast) ;;
     gspo)     LOSS=(--actor.policy_loss_type gspo --actor.eps_clip_low_high 0.2 0.2
                     --actor.loss_agg_mode seq-mean-token-mean) ;;
     grpo)     LOSS=(--actor.policy_loss_type ppo --actor.eps_clip_low_high 0.2 0.2 --actor.dual_clip 3.0
-                    --actor.loss_agg_mode token-mean) ;;
-    *) echo "run.sh: unknown variant '${VARIANT}' (sat, sat_gspo, gspo, grpo)" >&2; exit 2 ;;
+                    --actor.loss_agg_mode token-mean "${ICEPOP[@]}") ;;
+    grpo_tis) LOSS=(--actor.policy_loss_type ppo --actor.eps_clip_low_high 0.2 0.2 --actor.dual_clip 3.0
+                    --actor.loss_agg_mode token-mean "${TIS[@]}") ;;
+    *) echo "run.sh: unknown variant '${VARIANT}' (grpo, grpo_tis, gspo, sat_grpo (= sat), sat_gspo)" >&2; exit 2 ;;
 esac
 
 PROMPTS_PER_STEP=256   # the paper: 256 prompts x 16 samples per optimizer step
@@ -101,14 +108,18 @@ CMD=("${PYTHON:-python3}" -m sat_ext.openrlhf.train_ppo_ray
     --reward.remote_url "${HERE}/math_reward.py"
     # AIME24 avg@8 (eval_aime2024_pass1) every 5 optimizer steps (lag 1) / every broadcast = 8 steps (lag 8)
     --eval.dataset "${DATA}/aime2024.jsonl" --eval.steps "${EVAL_STEPS}"
-    --eval.n_samples_per_prompt 8 --eval.temperature 0.95
-    # GRPO: group-normalised advantages, no KL, no reference model, no critic
-    --algo.advantage.estimator group_norm --algo.kl.init_coef 0
+    --eval.n_samples_per_prompt 8 --eval.temperature 1.0
+    # GRPO advantages, no critic; the paper's KL loss: low-variance KL (k3) to the base model at 1e-3, with the
+    # reference model on the actor's GPUs; no entropy bonus
+    --algo.advantage.estimator group_norm
+    --algo.kl.use_loss --algo.kl.estimator k3 --algo.kl.init_coef 1e-3
+    --ref.num_nodes "${ACTOR_NNODES}" --ref.num_gpus_per_node "${GPUS_PER_NODE}" --train.colocate_actor_ref
+    --actor.entropy_coef 0
     # SAT needs vLLM's rollout log-probs; OpenRLHF 0.11.2 requests them only with this flag
     --algo.advantage.is_correction_level token
-    # the paper's batch and sampling: 256 prompts x 16, temperature 0.95, top-p 1.0, 32k responses
+    # the paper's batch and sampling (App. F): 256 prompts x 16, temperature 1.0, top-p 1.0, 32k responses
     --rollout.batch_size "${ROLLOUT_BATCH}" --rollout.n_samples_per_prompt "${SAMPLES}"
-    --rollout.temperature 0.95 --rollout.top_p 1.0
+    --rollout.temperature 1.0 --rollout.top_p 1.0
     --rollout.max_new_tokens 32768 --data.max_len 34816
     --rollout.micro_batch_size 1
     --train.batch_size "${TRAIN_BATCH}" --train.micro_batch_size 1 --train.max_epochs 1
@@ -117,9 +128,10 @@ CMD=("${PYTHON:-python3}" -m sat_ext.openrlhf.train_ppo_ray
     # memory: ZeRO-3 over the actor GPUs, ring attention over pairs of GPUs for the 34k-token sequences
     --ds.zero_stage 3 --ds.param_dtype bf16 --actor.gradient_checkpointing_enable --ds.ring_attn_size 2
     --ds.attn_implementation flash_attention_2
-    # optimizer (the verl example's: lr 1e-6, ~10 warm-up steps, wd 0.1, grad clip 1.0)
-    --actor.adam.lr 1e-6 --actor.adam.weight_decay 0.1 --actor.lr_scheduler constant_with_warmup
-    --actor.lr_warmup_ratio 0.02 --actor.max_norm 1.0
+    # the paper's optimizer (App. F): Adam beta1 0.9, beta2 0.98, constant lr 1e-6, no warm-up or decay
+    # (AdamW with weight decay 0 is Adam); grad clip 1.0
+    --actor.adam.lr 1e-6 --actor.adam.betas 0.9 0.98 --actor.adam.weight_decay 0.0 --actor.lr_scheduler constant
+    --actor.lr_warmup_ratio 0 --actor.max_norm 1.0
     "${LOSS[@]}"
     --ckpt.path "${CKPT}/ds" --ckpt.output_dir "${CKPT}/hf" --ckpt.save_steps "${SAVE_STEPS}" --ckpt.max_num 2
     --logger.tensorboard_dir "${CKPT}/tb"

@@ -17,7 +17,7 @@ EXAMPLE = REPO / "examples" / "openrlhf_aime_qwen3_30b"
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "_openrlhf_examples_harness.py"
 STUBS = REPO / "tests" / "openrlhf" / "_openrlhf_stubs.py"
-VARIANTS = ("sat", "sat_gspo", "gspo", "grpo")
+VARIANTS = ("sat_grpo", "sat_gspo", "gspo", "grpo", "grpo_tis")
 LAGS = (1, 8)
 
 
@@ -43,6 +43,7 @@ def test_run_sh_command_shape(tmp_path):
 
 def _cases() -> dict[str, list[str]]:
     cases = {f"{v}_lag{lag}": _command(v, lag)[3:] for v in VARIANTS for lag in LAGS}
+    cases["sat_alias"] = _command("sat", 8)[3:]
     cases["sat_quantile_override"] = _command("sat", 1, "--sat.quantile", "0.75")[3:]
     cases["sat_without_rollout_logprobs"] = _command("sat", 1, "--algo.advantage.is_correction_level", "off")[3:]
     return cases
@@ -92,19 +93,32 @@ def _args(parsed, case):
 @pytest.mark.parametrize("lag", LAGS)
 def test_example_flags_pass_openrlhfs_parser_and_sats_checks(parsed, variant, lag):
     a = _args(parsed, f"{variant}_lag{lag}")
-    loss = {"sat": "sat", "sat_gspo": "sat_gspo", "gspo": "gspo", "grpo": "ppo"}[variant]
+    loss = {"sat_grpo": "sat", "sat_gspo": "sat_gspo", "gspo": "gspo", "grpo": "ppo", "grpo_tis": "ppo"}[variant]
     assert a["actor"]["policy_loss_type"] == loss
     assert a["actor"]["eps_clip_low_high"] == [0.2, 0.2]  # the paper's radii for every method (Table 9)
     assert a["actor"]["loss_agg_mode"] == ("seq-mean-token-mean" if "gspo" in variant else "token-mean")
     assert a["actor"]["dual_clip"] == (None if "gspo" in variant else 3.0)
     # rollout log-probs reach the loss (SAT's reference), vLLM engines exist, GRPO advantages, no KL / ref
     assert a["algo"]["advantage"]["is_correction_level"] == "token" and a["vllm"]["num_engines"] == 8
-    assert a["algo"]["advantage"]["estimator"] == "group_norm" and a["algo"]["kl"]["init_coef"] == 0
+    adv, kl = a["algo"]["advantage"], a["algo"]["kl"]
+    assert adv["estimator"] == "group_norm"
+    # the paper's KL loss (App. F): low-variance KL (k3) at 1e-3, the reference model on the actor's GPUs
+    assert (kl["use_loss"], kl["estimator"], kl["init_coef"]) == (True, "k3", 1e-3)
+    assert a["train"]["colocate_actor_ref"] and (a["ref"]["num_nodes"], a["ref"]["num_gpus_per_node"]) == (4, 8)
+    assert a["actor"]["entropy_coef"] == 0
+    # the paper's optimizer: Adam (0.9, 0.98), constant lr 1e-6, no warm-up, no weight decay
+    opt = a["actor"]["adam"]
+    assert (opt["lr"], opt["betas"], opt["weight_decay"]) == (1e-6, [0.9, 0.98], 0.0)
+    assert (a["actor"]["lr_scheduler"], a["actor"]["lr_warmup_ratio"]) == ("constant", 0)
+    # OpenRLHF's IS correction on its ppo loss: ICEPOP mask for grpo, TIS (truncated at 2) for grpo_tis
+    mode = {"grpo": ("mask", [0.5, 5.0]), "grpo_tis": ("clip", [0.0, 2.0])}.get(variant)
+    if mode:
+        assert (adv["is_correction_mode"], adv["is_correction_threshold"], adv["is_correction_gating"]) == (*mode, "ratio")
     # the paper's batch: 256 prompts x 16 samples per optimizer step; one rollout batch = one optimizer step
     r, t = a["rollout"], a["train"]
     assert (r["batch_size"], r["n_samples_per_prompt"], t["batch_size"]) == (256, 16, 4096)
     assert t["max_epochs"] == 1
-    assert (r["temperature"], r["top_p"], r["max_new_tokens"]) == (0.95, 1.0, 32768)
+    assert (r["temperature"], r["top_p"], r["max_new_tokens"]) == (1.0, 1.0, 32768)  # App. F
     assert a["data"]["max_len"] >= 32768 + 2048
     # asynchronous with sat_ext's lag modes: lag 1 = bounded at 1, lag 8 = a broadcast every 8 steps, no
     # prefetch (data 0..7 steps old); the launcher resolved OpenRLHF's queue to one batch for both
@@ -116,7 +130,7 @@ def test_example_flags_pass_openrlhfs_parser_and_sats_checks(parsed, variant, la
     assert t["async_enable"] is True and t["async_queue_size"] == 1 and t["partial_rollout_enable"] is False
     assert a["rollout"]["vllm_generate_batch_size"] == r["batch_size"]  # no oversampling: the lag stays bounded
     # eval avg@8 every 5 optimizer steps (lag 1) / after every broadcast = every 8 steps (lag 8)
-    assert (a["eval"]["n_samples_per_prompt"], a["eval"]["temperature"]) == (8, 0.95)
+    assert (a["eval"]["n_samples_per_prompt"], a["eval"]["temperature"]) == (8, 1.0)
     assert a["eval"]["steps"] == (5 if lag == 1 else 8)
     assert a["ckpt"]["save_steps"] % lag == 0  # lag 8: checkpoints (and resumes) at broadcast steps
     assert a["reward"]["remote_url"] == [str(EXAMPLE / "math_reward.py")]
@@ -135,7 +149,9 @@ def test_sat_config_built_from_the_example_flags(parsed):
     from sat_ext.core import SATConfig
     from sat_ext.openrlhf.config import sat_config
 
-    a = _args(parsed, "sat_lag1")
+    a = _args(parsed, "sat_grpo_lag1")
+    assert _args(parsed, "sat_alias") == _args(parsed, "sat_grpo_lag8") | {"ckpt": _args(parsed, "sat_alias")["ckpt"],
+                                                                          "logger": _args(parsed, "sat_alias")["logger"]}
     cfg = sat_config(*a["actor"]["eps_clip_low_high"], a["actor"]["dual_clip"], a["sat"])
     assert cfg == SATConfig(eps_low=0.2, eps_high=0.2, dual_clip=3.0, quantile=0.9)
     assert _args(parsed, "sat_quantile_override")["sat"]["quantile"] == 0.75

@@ -25,6 +25,7 @@ from ._verl_rollout import Rollout, drive  # noqa: E402
 
 from sat_ext.lag import LagConfig, LagConfigError  # noqa: E402
 from sat_ext.lag.schedule import scheduled_version  # noqa: E402
+from sat_ext.runlog import Expectation, Record, check_lag_schedule  # noqa: E402
 from sat_ext.verl.lag_overrides import BASE_MODE, TRAINER_MODE, verl_overrides  # noqa: E402
 from sat_ext.verl.lag_sampler import SATLagReplayBuffer  # noqa: E402
 from sat_ext.verl.lag_trainer import SATSeparateAsyncTrainer, batch_version, kept_versions  # noqa: E402
@@ -239,6 +240,11 @@ def test_interval_mode_is_batch_wise_under_long_tailed_finish_times(clean_partit
     assert all(m["lag/off_schedule"] == 0.0 and m["lag/dropped_total"] == 0.0 for m in res.metrics)
     # which groups form a batch is fixed at submission (uid order), not by which finished first
     assert res.fifo_violations() == 0
+    # python -m sat_ext.check_run's lag check passes on these real metrics, and fails them against another interval
+    records = [Record(t, m) for t, m in enumerate(res.metrics, 1)]
+    assert check_lag_schedule(records, Expectation(sat=False, interval=interval, prefetch=prefetch)).passed
+    wrong = Expectation(sat=False, interval=interval * 2, prefetch=prefetch)
+    assert check_lag_schedule(records, wrong).passed is False
 
 
 @pytest.mark.parametrize("over_bound", ["wait", "drop"])

@@ -1,0 +1,319 @@
+"""Read a verl run's step log and check the signals a SAT / lag run must show (``python -m sat_ext.check_run``).
+
+Input: verl 0.9.1's file logger (``trainer.logger=[...,file]``: one JSON object ``{"step": N, "data": {...}}``
+per line; orjson writes NaN and Inf as ``null``) or its console logger (``step:N - key:value - ...``, one
+line per step, any prefix such as Ray's ``(TaskRunner pid=...)`` before ``step:``). Training records are the
+steps that carry ``actor/`` keys (validation-only records are skipped).
+
+Checks (each PASS, FAIL or SKIP with the reason):
+
+- ``sat active``: ``actor/sat/active`` = 1 on every training step of a SAT run; absent or 0 on a baseline.
+- ``gate rate``: ``actor/sat/gate_rate`` <= 1 - alpha = 0.1 on every step (Eq. 14 with the inverse-CDF
+  quantile and the strict gate can never gate more: at most n - ceil(0.9 n) tokens lie above the ceil(0.9 n)-th
+  smallest |d|) and, ties aside (Table 10: "ties can make it smaller than 10%"), not far below it: the
+  median over steady-state steps >= ``gate_rate_min`` (0.05 by default). A gate rate near 0 means q = 0, i.e.
+  most |d| are exactly 0: the ratio's denominator is the current policy, not the rollout checkpoint. SAT-GSPO
+  (``sequence_gate``) gets the ceiling only: its d is one value per response broadcast to the response's tokens,
+  so the tokens above the quantile tie within a response, and a micro-batch whose responses each hold more than
+  10% of its tokens (fewer than ~10 responses) gates nothing; its zero-d failure shows in ``d_pi``.
+- ``d_pi``: ``actor/sat/d_pi`` (Eq. 52) reported and finite on every step, > 0 at steady state (median).
+- ``finite losses``: every ``*loss*`` key and ``actor/grad_norm`` finite on every step, and
+  ``actor/sat/nonfinite_frac`` = 0 where reported.
+- ``lag schedule`` (interval mode): each step's ``lag/steps/{min,mean,max}`` and ``lag/hist/*`` equal what
+  :func:`sat_ext.lag.schedule.scheduled_lag` gives for the optimizer steps the record covers (lag 1: every
+  batch 1 step old; lag 8: 1, 2, ..., 8; the first window starts at 0), ``lag/off_schedule`` = 0 and
+  ``lag/dropped`` = 0.
+
+Steady-state steps: those whose ``lag/steps/min`` >= 1 (without lag metrics: every step after the first). A
+lag-0 batch (the first window) is trained on the weights that generated it, so d = 0 and nothing is gated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from sat_ext.lag.schedule import scheduled_lag
+
+ALPHA_TAIL = 0.1  # 1 - alpha, alpha = 0.90 (the paper's quantile)
+DEFAULT_GATE_RATE_MIN = 0.05
+TOL = 1e-6
+VARIANT_RE = re.compile(r"(?P<sat>sat_)?(?:grpo|gspo|dppo\w*?)(?:_r3)?(?:_tis)?(?:_rollout\w*?)?_lag(?P<lag>\d+)$")
+_CONSOLE_STEP = re.compile(r"step:(\d+) - (.*)$")
+_NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
+
+
+class RunLogError(ValueError):
+    """The log cannot be read, or the expectation cannot be formed; names the file or the setting."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One logged step: ``values`` maps a metric name to a float (NaN for a non-finite or null value)."""
+
+    step: int
+    values: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the run should show: SAT on or off (``sequence_gate``: SAT-GSPO's per-response score), and the
+    interval-mode lag schedule (``interval`` None: not checked)."""
+
+    sat: bool
+    sequence_gate: bool = False
+    interval: int | None = None
+    prefetch: int = 1
+    gate_rate_min: float = DEFAULT_GATE_RATE_MIN
+    gate_rate_max: float = ALPHA_TAIL
+
+    @classmethod
+    def for_variant(cls, name: str, **overrides) -> Expectation:
+        """From an example variant name such as ``sat_gspo_lag8`` (SAT on, interval 8, prefetch 1)."""
+        m = VARIANT_RE.search(name)
+        if m is None:
+            raise RunLogError(f"variant {name!r} is not an example variant name like sat_grpo_lag8 or gspo_lag1")
+        sat = bool(m["sat"])
+        return cls(**{"sat": sat, "sequence_gate": sat and "gspo" in name, "interval": int(m["lag"]), **overrides})
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One row of the table: ``passed`` is True, False, or None (skipped)."""
+
+    name: str
+    passed: bool | None
+    detail: str
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def _number(value) -> float | None:
+    """A logged value as a float (NaN for None / non-finite), or None when it is not a number at all."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = _NUMPY_SCALAR.sub(r"\1", value.strip())
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None
+
+
+def _clean(data: dict) -> dict[str, float]:
+    out = {}
+    for key, value in data.items():
+        number = _number(value)
+        if number is not None:
+            out[str(key)] = number
+    return out
+
+
+def _parse_jsonl(path: Path, lines: list[str]) -> list[Record]:
+    records = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            records.append(Record(int(obj["step"]), _clean(obj["data"])))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise RunLogError(f"{path}:{i}: not a verl file-logger line ({{\"step\": N, \"data\": {{...}}}}): {e}")
+    return records
+
+
+def _parse_console(lines: list[str]) -> list[Record]:
+    records = []
+    for line in lines:
+        m = _CONSOLE_STEP.search(line.rstrip("\n"))
+        if m is None:
+            continue
+        values = {}
+        for item in m.group(2).split(" - "):
+            key, sep, raw = item.rpartition(":")
+            number = _number(raw) if sep else None
+            if number is not None:
+                values[key.strip()] = number
+        records.append(Record(int(m.group(1)), values))
+    return records
+
+
+def read_log(path: str | Path) -> list[Record]:
+    """The records of a verl file-logger ``.jsonl`` or a console log (detected from the first non-empty line)."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise RunLogError(f"{path}: cannot read the run log ({e.strerror})") from e
+    first = next((line for line in lines if line.strip()), "")
+    records = _parse_jsonl(path, lines) if first.lstrip().startswith("{") else _parse_console(lines)
+    if not records:
+        raise RunLogError(f"{path}: no logged steps (neither verl file-logger JSON lines nor 'step:N - ...' lines)")
+    return records
+
+
+# ----------------------------------------------------------------------------------------------- checking
+
+
+def training_records(records: list[Record]) -> list[Record]:
+    """The steps that trained (carry ``actor/`` metrics), in log order."""
+    return [r for r in records if any(k.startswith("actor/") for k in r.values)]
+
+
+def _steady(records: list[Record]) -> list[Record]:
+    if any("lag/steps/min" in r.values for r in records):
+        return [r for r in records if r.values.get("lag/steps/min", 0.0) >= 1]
+    return records[1:]
+
+
+def _fmt(values: list[float]) -> str:
+    return f"min {min(values):.4g}, median {statistics.median(values):.4g}, max {max(values):.4g}"
+
+
+def check_sat_active(records: list[Record], exp: Expectation) -> CheckResult:
+    values = [r.values.get("actor/sat/active") for r in records]
+    if exp.sat:
+        bad = [r.step for r, v in zip(records, values) if v is None or abs(v - 1.0) > TOL]
+        return CheckResult("sat active", not bad, f"actor/sat/active = 1 on {len(records) - len(bad)}/{len(records)} "
+                           "steps" + (f"; not on steps {bad[:5]}" if bad else ""))
+    bad = [r.step for r, v in zip(records, values) if v is not None and v != 0.0]
+    return CheckResult("sat active", not bad, "baseline: actor/sat/active absent or 0"
+                       + (f"; SAT active on steps {bad[:5]}" if bad else " on every step"))
+
+
+def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
+    name = "gate rate"
+    if not exp.sat:
+        return CheckResult(name, None, "baseline: no SAT gate")
+    missing = [r.step for r in records if "actor/sat/gate_rate" not in r.values]
+    if missing:
+        return CheckResult(name, False, f"actor/sat/gate_rate missing on steps {missing[:5]}")
+    over = [r.step for r in records if not r.values["actor/sat/gate_rate"] <= exp.gate_rate_max + TOL]
+    steady = [r.values["actor/sat/gate_rate"] for r in _steady(records)]
+    if not steady:
+        return CheckResult(name, False, "no steady-state step (lag/steps/min >= 1) to judge the gate rate on")
+    low = not exp.sequence_gate and statistics.median(steady) < exp.gate_rate_min
+    floor = ("no floor: SAT-GSPO's scores tie within a response" if exp.sequence_gate
+             else f"median >= {exp.gate_rate_min:g}")
+    detail = f"steady state: {_fmt(steady)}; want <= {exp.gate_rate_max:g} every step, {floor}"
+    if over:
+        detail += f"; above {exp.gate_rate_max:g} (or non-finite) on steps {over[:5]}"
+    if low:
+        detail += "; near 0 means q = 0: most |d| are 0, the denominator is the current policy"
+    return CheckResult(name, not over and not low, detail)
+
+
+def check_d_pi(records: list[Record], exp: Expectation) -> CheckResult:
+    name = "d_pi"
+    if not exp.sat:
+        return CheckResult(name, None, "baseline: verl's own losses do not report actor/sat/d_pi")
+    bad = [r.step for r in records if not math.isfinite(r.values.get("actor/sat/d_pi", math.nan))]
+    steady = [r.values.get("actor/sat/d_pi", math.nan) for r in _steady(records)]
+    steady = [v for v in steady if math.isfinite(v)]
+    zero = not steady or statistics.median(steady) <= 0.0
+    detail = (f"steady state: {_fmt(steady)}" if steady else "no finite steady-state value")
+    if bad:
+        detail += f"; missing or non-finite on steps {bad[:5]}"
+    if steady and zero:
+        detail += "; median 0: the ratio never moved off 1"
+    return CheckResult(name, not bad and not zero, detail)
+
+
+def _is_loss_key(key: str) -> bool:
+    return "loss" in key.rsplit("/", 1)[-1] or key == "actor/grad_norm"
+
+
+def check_finite(records: list[Record], exp: Expectation) -> CheckResult:
+    bad = []
+    for r in records:
+        for key, value in r.values.items():
+            if (_is_loss_key(key) and not math.isfinite(value)) or (
+                    key == "actor/sat/nonfinite_frac" and value != 0.0):
+                bad.append(f"{key} = {value:g} at step {r.step}")
+    keys = sorted({k for r in records for k in r.values if _is_loss_key(k)})
+    if not keys:
+        return CheckResult("finite losses", False, "no loss key (…loss…, actor/grad_norm) in the training steps")
+    return CheckResult("finite losses", not bad, (f"{len(keys)} loss keys finite on every step ({', '.join(keys[:4])}"
+                       + (", ...)" if len(keys) > 4 else ")")) if not bad else "; ".join(bad[:5]))
+
+
+def _hist_edges(record: Record) -> dict[str, int]:
+    """``lag/hist/<bin>`` names -> left edge ("3" -> 3, "8-11" -> 8, "32+" -> 32)."""
+    return {k: int(re.match(r"\d+", k[len("lag/hist/"):]).group()) for k in record.values if k.startswith("lag/hist/")}
+
+
+def _expected_window(trainer_step: int, exp: Expectation) -> list[tuple[int, int]]:
+    """Scheduled (lag in versions, lag in steps) of the optimizer steps one record covers."""
+    first = trainer_step - exp.interval + 1
+    return [scheduled_lag(s, exp.interval, exp.prefetch) for s in range(max(1, first), trainer_step + 1)]
+
+
+def _lag_problems(r: Record, exp: Expectation) -> list[str]:
+    v = r.values
+    need = ("lag/trainer_step", "lag/steps/min", "lag/steps/mean", "lag/steps/max", "lag/consumed")
+    missing = [k for k in need if k not in v]
+    if missing or not _hist_edges(r):
+        return [f"step {r.step}: lag metrics missing ({', '.join(missing) or 'lag/hist/*'})"]
+    window = _expected_window(int(v["lag/trainer_step"]), exp)
+    steps = [s for _, s in window]
+    problems = []
+    for key, want in (("min", min(steps)), ("max", max(steps)), ("mean", sum(steps) / len(steps))):
+        if abs(v[f"lag/steps/{key}"] - want) > TOL:
+            problems.append(f"step {r.step}: lag/steps/{key} = {v[f'lag/steps/{key}']:g}, scheduled {want:g}")
+    edges = _hist_edges(r)
+    per_batch = v["lag/consumed"] / len(window)
+    want_hist = dict.fromkeys(edges, 0.0)
+    for lag, _ in window:
+        key = max((k for k, lo in edges.items() if lag >= lo), key=edges.get)
+        want_hist[key] += per_batch
+    off = {k: (v[k], w) for k, w in want_hist.items() if abs(v[k] - w) > TOL * max(1.0, w)}
+    if off:
+        problems.append(f"step {r.step}: lag histogram {sorted(off.items())[:3]} (logged, scheduled)")
+    for key in ("lag/off_schedule", "lag/dropped"):
+        if v.get(key, 0.0) != 0.0:
+            problems.append(f"step {r.step}: {key} = {v[key]:g}")
+    return problems
+
+
+def check_lag_schedule(records: list[Record], exp: Expectation) -> CheckResult:
+    name = "lag schedule"
+    if exp.interval is None:
+        return CheckResult(name, None, "no lag interval expected (pass --interval or a variant name)")
+    problems = [p for r in records for p in _lag_problems(r, exp)]
+    steady = _steady(records)
+    lags = sorted({int(s) for r in steady for s in (r.values.get("lag/steps/min", -1), r.values.get("lag/steps/max", -1))})
+    detail = (f"interval {exp.interval}, prefetch {exp.prefetch}: {len(records)} steps"
+              + (f", steady-state lag in steps {lags[0]}..{lags[-1]}" if lags else ""))
+    return CheckResult(name, not problems, detail + ("; " + "; ".join(problems[:3]) if problems else
+                                                     "; every step on schedule, off_schedule 0, dropped 0"))
+
+
+CHECKS = (check_sat_active, check_gate_rate, check_d_pi, check_finite, check_lag_schedule)
+
+
+def check_run(records: list[Record], exp: Expectation) -> list[CheckResult]:
+    """Every check of the module doc on the training records of ``records``."""
+    train = training_records(records)
+    if not train:
+        return [CheckResult("training steps", False, f"{len(records)} records, none with actor/ metrics")]
+    return [CheckResult("training steps", True, f"{len(train)} steps with actor/ metrics")] + [
+        check(train, exp) for check in CHECKS]
+
+
+def format_table(results: list[CheckResult]) -> str:
+    """A fixed-width PASS / FAIL / SKIP table, one row per check."""
+    word = {True: "PASS", False: "FAIL", None: "SKIP"}
+    width = max(len(r.name) for r in results)
+    lines = [f"{'check':<{width}}  result  detail", f"{'-' * width}  ------  ------"]
+    lines += [f"{r.name:<{width}}  {word[r.passed]:<6}  {r.detail}" for r in results]
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""``python -m sat_ext.check_run`` on run logs made by the real code paths a verl run goes through.
+
+Each synthetic run: per verl global step, the small recipe's actor config (composed and converted as verl's
+workers do) drives verl's registered policy loss (``sat``, ``sat_gspo``, ``vanilla`` via
+``get_policy_loss_fn``) on a few micro-batches whose log-ratio grows with the batch's scheduled lag
+(``sat_ext.lag.schedule``), the micro-batch metrics are reduced by verl's ``reduce_metrics``, the lag metrics
+come from ``sat_ext.lag.LagMetrics`` fed as the sampler feeds it, and the step is written by verl's own
+``FileLogger``. What is synthetic: the log-probs (no model) and the sampler's TransferQueue (tests/lag checks
+the real sampler's metrics with the same checker).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl")
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from sat_ext.check_run import main as check_run_main  # noqa: E402
+from sat_ext.lag import LagMetrics, VersionSpan, lag_in_steps, sample_lag  # noqa: E402
+from sat_ext.lag.config import DEFAULT_HIST_EDGES  # noqa: E402
+from sat_ext.lag.schedule import scheduled_lag, scheduled_version  # noqa: E402
+from sat_ext.runlog import Expectation, check_run, read_log  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG_DIR = REPO / "examples" / "verl_small_qwen3_1p7b" / "config"
+GROUPS, SAMPLES, TOKENS, MICRO = 2, 4, 24, 2  # per optimizer step: 2 prompts x 4 samples, 2 micro-batches
+
+
+def _actor(variant: str):
+    from verl.utils.config import omega_conf_to_dataclass
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(variant)
+    return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+
+
+def _loss_metrics(actor, lag_steps: int, gen: torch.Generator, drift: float, nan: bool) -> dict[str, list]:
+    """One optimizer step's micro-batches through verl's registered loss; metrics as lists, as workers append."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
+    out: dict[str, list] = {}
+    rows = GROUPS * SAMPLES // MICRO
+    for _ in range(MICRO):
+        log_prob = -torch.rand(rows, TOKENS, generator=gen) * 3
+        old = log_prob - drift * lag_steps * torch.randn(rows, TOKENS, generator=gen)  # d grows with the lag
+        if nan:
+            log_prob[0, 0] = math.nan
+        adv = torch.randn(rows, 1, generator=gen).expand(rows, TOKENS)
+        mask = torch.ones(rows, TOKENS)
+        mask[:, TOKENS - 4:] = 0
+        loss, metrics = loss_fn(old_log_prob=old, log_prob=log_prob, advantages=adv, response_mask=mask,
+                                loss_agg_mode=actor.loss_agg_mode, config=actor)
+        metrics = {**metrics, "actor/pg_loss": float(loss), "actor/grad_norm": abs(float(loss)) * 3}
+        for key, value in metrics.items():
+            out.setdefault(key, []).append(float(value))
+    return out
+
+
+def write_run(path: Path, variant: str, global_steps: int, interval: int, prefetch: int = 1, drift: float = 0.02,
+              log_interval: int | None = None, nan_step: int | None = None) -> Path:
+    """A run of ``variant`` at ``interval`` through the real loss, LagMetrics and verl's FileLogger.
+
+    ``log_interval`` is the interval the lag metrics are scheduled with (default: ``interval``; a different
+    value makes an off-schedule run); ``drift`` 0 makes the denominator the current policy (d = 0).
+    """
+    from verl.utils.metric import reduce_metrics
+    from verl.utils.tracking import FileLogger
+
+    actor = _actor(variant)
+    gen = torch.Generator().manual_seed(0)
+    real = log_interval or interval
+    lag_metrics = LagMetrics(DEFAULT_HIST_EDGES, interval_schedule=True, track_producer_idle=False)
+    os.environ["VERL_FILE_LOGGER_PATH"] = str(path)
+    logger = FileLogger("sat_small_qwen3_1p7b", variant)
+    os.environ.pop("VERL_FILE_LOGGER_PATH")
+    logger.log({"val-core/aime2024/acc/mean@8": 0.1}, step=0)  # val_before_train: no actor/ keys
+    for t in range(1, global_steps + 1):
+        step_metrics: dict[str, list] = {}
+        for local in range(interval):
+            steps_done = (t - 1) * interval + local
+            version = scheduled_version(steps_done + 1, real, prefetch)  # who generated this batch
+            span = VersionSpan.at(min(version, t - 1))
+            for _ in range(GROUPS * SAMPLES):  # what SATLagReplayBuffer.sample records per trajectory
+                lag_metrics.record_consumed(sample_lag(t - 1, span), lag_in_steps(steps_done, span, interval),
+                                            scheduled_lag(steps_done + 1, interval, prefetch), response_tokens=TOKENS)
+            lag = lag_in_steps(steps_done, span, interval)
+            for key, values in _loss_metrics(actor, lag, gen, drift, nan=t == nan_step).items():
+                step_metrics.setdefault(key, []).extend(values)
+        data = reduce_metrics(step_metrics)
+        data.update(lag_metrics.flush(t - 1, t * interval, scheduled_lag(t * interval, interval, prefetch)))
+        logger.log(data, step=t)
+    logger.finish()
+    return path
+
+
+def _results(path: Path, variant: str | None = None, **exp) -> dict[str, bool | None]:
+    expectation = Expectation.for_variant(variant, **exp) if variant else Expectation(**exp)
+    return {r.name: r.passed for r in check_run(read_log(path), expectation)}
+
+
+@pytest.mark.parametrize("variant,interval", [("sat_grpo_lag1", 1), ("sat_gspo_lag8", 8)])
+def test_a_healthy_sat_run_passes(tmp_path, variant, interval):
+    path = write_run(tmp_path / f"{variant}.jsonl", variant, global_steps=4 if interval == 8 else 10, interval=interval)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert set(lines[1]) == {"step", "data"} and lines[1]["data"]["actor/sat/active"] == 1.0  # verl's format
+    results = _results(path, variant)
+    assert all(results.values()), results
+    if variant.startswith("sat_gspo"):  # 4 equal-length responses per micro-batch: the tail ties, nothing gated
+        assert {r.values["actor/sat/gate_rate"] for r in read_log(path)[1:]} == {0.0}
+        assert _results(path, sat=True, interval=interval)["gate rate"] is False  # as a token gate it would fail
+    assert check_run_main([str(path)]) == 0  # expectation from the file name (verl names it after the experiment)
+
+
+def test_a_healthy_baseline_passes_and_skips_the_sat_rows(tmp_path):
+    path = write_run(tmp_path / "gspo_lag8.jsonl", "gspo_lag8", global_steps=3, interval=8)
+    results = _results(path, sat=False, interval=8)
+    assert results == {"training steps": True, "sat active": True, "gate rate": None, "d_pi": None,
+                       "finite losses": True, "lag schedule": True}
+
+
+def test_gate_rate_zero_fails(tmp_path):
+    # the denominator is the current policy (d = 0 everywhere): q = 0, nothing gated, d_pi = 0
+    path = write_run(tmp_path / "sat_grpo_lag1.jsonl", "sat_grpo_lag1", global_steps=6, interval=1, drift=0.0)
+    results = _results(path, sat=True, interval=1)
+    assert results["gate rate"] is False and results["d_pi"] is False and results["lag schedule"] is True
+
+
+def test_off_schedule_lags_fail(tmp_path):
+    # batches generated as at lag 4 but logged and checked as lag 8
+    path = write_run(tmp_path / "sat_gspo_lag8.jsonl", "sat_gspo_lag8", global_steps=3, interval=8, log_interval=4)
+    results = _results(path, sat=True, interval=8)
+    assert results["lag schedule"] is False and results["sat active"] is True
+    # and a lag-8 run checked as lag 1
+    good = write_run(tmp_path / "good.jsonl", "sat_gspo_lag8", global_steps=3, interval=8)
+    assert _results(good, sat=True, interval=1)["lag schedule"] is False
+
+
+def test_sat_inactive_fails(tmp_path):
+    # a baseline's log checked as a SAT run (e.g. the SAT loss never selected)
+    path = write_run(tmp_path / "grpo_lag1.jsonl", "grpo_lag1", global_steps=4, interval=1)
+    results = _results(path, sat=True, interval=1)
+    assert results["sat active"] is False and results["gate rate"] is False and results["d_pi"] is False
+    assert check_run_main([str(path), "--sat"]) == 1
+
+
+def test_a_non_finite_loss_fails(tmp_path):
+    path = write_run(tmp_path / "grpo_lag1.jsonl", "grpo_lag1", global_steps=4, interval=1, nan_step=3)
+    assert "null" in path.read_text()  # verl's FileLogger (orjson) writes NaN as null
+    assert _results(path, sat=False, interval=1)["finite losses"] is False
+
+
+def test_console_log_and_cli(tmp_path, capsys):
+    """verl's console logger lines (concat_dict_to_str), behind Ray's prefix, read like the file logger's."""
+    from verl.utils.logger.aggregate_logger import concat_dict_to_str
+
+    path = write_run(tmp_path / "run.jsonl", "sat_grpo_lag8", global_steps=3, interval=8)
+    console = tmp_path / "console.log"
+    console.write_text("".join(f"(TaskRunner pid=1) {concat_dict_to_str(r['data'], step=r['step'])}\nnoise\n"
+                               for r in map(json.loads, path.read_text().splitlines())))
+    assert [r.values for r in read_log(console)] == [r.values for r in read_log(path)]
+    assert check_run_main([str(console), "--variant", "sat_grpo_lag8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "PASS" and any(line.split()[:3] == ["lag", "schedule", "PASS"] for line in out)
+    assert check_run_main([str(console)]) == 2  # no variant in the name and no --sat/--baseline
+    assert check_run_main([str(tmp_path / "missing.jsonl"), "--sat"]) == 2
+    proc = subprocess.run([sys.executable, "-m", "sat_ext.check_run", str(console), "--variant", "grpo_lag8"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 1 and "FAIL: sat active" in proc.stdout  # a SAT log checked as a baseline
