@@ -2,8 +2,9 @@
 emulated one, on the demo's model and batch (8 prompts x 8 samples x 4 tokens), and the trainer's own step.
 
 Measured per engine: start-up (once per worker process: the demo pools the engine), ``generate`` with and
-without R3 routing capture, ``sync`` (the trainer's weights into the engine), and the engine's log-prob error
-against the trainer's forward of the same weights (max and mean over response tokens, after a sync).
+without R3 routing capture, ``sync`` (the trainer's weights into the engine), the engine's log-prob error
+against the trainer's forward of the same weights (max and mean over response tokens, after a sync), and the
+share of (token, layer) expert choices where the engine's routing differs from the trainer's (what R3 removes).
 
     python benchmarks/bench_engine.py            # writes benchmarks/results/bench_engine.{csv,md}
 """
@@ -31,6 +32,7 @@ def _median_s(fn, repeats: int) -> float:
 def measure(kind: str, numerics: str, repeats: int) -> dict:
     from sat_ext.demo.engines import engine_for
     from sat_ext.demo.model import Mismatch, build_policy, token_log_probs
+    from sat_ext.demo.routing import capture_routing
     from sat_ext.demo.task import AdditionTask, response_mask
 
     task = AdditionTask()
@@ -48,10 +50,14 @@ def measure(kind: str, numerics: str, repeats: int) -> dict:
         for p in policy.parameters():
             p.add_(0.01 * torch.randn_like(p))
     sync_s = _median_s(lambda: engine.sync(policy, 1), repeats)
-    ro = engine.generate(prompts, task.response_len, g)
-    with torch.no_grad():
+    ro = engine.generate(prompts, task.response_len, g, capture_routing=True)
+    with capture_routing(policy, prompts.shape[0]) as trainer_routing, torch.no_grad():
         lp = token_log_probs(policy, prompts, ro.responses)
-    d = (lp - ro.log_probs).abs()[response_mask(ro.responses)]
+    mask = response_mask(ro.responses)
+    d = (lp - ro.log_probs).abs()[mask]
+    fed = prompts.shape[1] + mask.sum(-1) - 1  # positions the engine computed (the last sampled token is not fed)
+    valid = torch.arange(ro.routing.shape[2])[None] < fed[:, None]
+    same = (torch.stack(trainer_routing).sort(-1).values == ro.routing.sort(-1).values).all(-1)
 
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-4)
 
@@ -65,7 +71,8 @@ def measure(kind: str, numerics: str, repeats: int) -> dict:
     engine.close()
     return {"engine": kind, "numerics": numerics, "start_s": start_s, "generate_ms": 1e3 * gen_s,
             "generate_r3_ms": 1e3 * gen_r3_s, "sync_ms": 1e3 * sync_s, "trainer_step_ms": 1e3 * train_s,
-            "logprob_err_max": float(d.max()), "logprob_err_mean": float(d.mean())}
+            "logprob_err_max": float(d.max()), "logprob_err_mean": float(d.mean()),
+            "routing_differs": float(1 - same[:, valid].float().mean())}
 
 
 def main() -> None:
@@ -83,13 +90,15 @@ def main() -> None:
                       trainer_threads="1")
     write_csv(RESULTS / "bench_engine.csv", rows, env)
     header = ["engine", "numerics", "start (s)", "generate (ms)", "generate + R3 capture (ms)", "sync (ms)",
-              "trainer fwd+bwd+step (ms)", "log-prob error max / mean"]
+              "trainer fwd+bwd+step (ms)", "log-prob error max / mean", "routing differs"]
     table = md_table(header, [[r["engine"], r["numerics"], f"{r['start_s']:.1f}", f"{r['generate_ms']:.0f}",
                                f"{r['generate_r3_ms']:.0f}", f"{r['sync_ms']:.0f}", f"{r['trainer_step_ms']:.0f}",
-                               f"{r['logprob_err_max']:.1e} / {r['logprob_err_mean']:.1e}"] for r in rows])
+                               f"{r['logprob_err_max']:.1e} / {r['logprob_err_mean']:.1e}",
+                               f"{100 * r['routing_differs']:.2f}%"] for r in rows])
     write_md(RESULTS / "bench_engine.md", "Rollout engines of the CPU demo, per trainer step", env,
              [("Medians over repeats; log-prob error = |engine - trainer forward| of the engine's own samples "
-               "right after a sync (the emulated engine's includes its perturbed routers)", table)])
+               "right after a sync (the emulated engine's includes its perturbed routers); routing differs = "
+               "share of (token, layer) top-k choices the engine made differently from the trainer", table)])
     print(table)
 
 
