@@ -30,7 +30,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                             "gspo+tis+r3", "dppo_tv", "dppo_tv+toy", "sat", "sat_gspo", "sat+r3", "sat_gspo+r3"),
                    lags=(1, 8), seeds=2, steps=100, eval_every=10, eval_size=256),
     # The long horizon: where the paper sees GRPO and GSPO collapse late at lag 8 (steps 429 / 424 of 544).
-    "long": dict(methods=("vanilla", "gspo", "sat", "sat_gspo"), lags=(8, 32), seeds=2, steps=400, eval_every=20,
+    "long": dict(methods=("vanilla", "gspo", "sat", "sat_gspo"), lags=(8, 32), seeds=2, steps=300, eval_every=20,
                  eval_size=256),
     # CI: GRPO, SAT-GRPO and SAT-GSPO w/ R3 (both SAT losses, R3, both of the paper's lags).
     "quick": dict(methods=("vanilla", "sat", "sat_gspo+r3"), lags=(1, 8), seeds=1, steps=30, eval_every=10,
