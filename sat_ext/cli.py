@@ -1,13 +1,14 @@
-"""The ``sat-ext`` command: ``sat-ext doctor`` (environment check) and ``sat-ext demo`` (the CPU example)."""
+"""The ``sat-ext`` command: ``doctor`` (environment check), ``demo`` (the CPU example), ``example`` (shipped configs)."""
 
 from __future__ import annotations
 
 import sys
 
-USAGE = """usage: sat-ext {doctor,demo} [options]
+USAGE = """usage: sat-ext {doctor,demo,example} [options]
 
   doctor   check that verl is found and sat/sat_gspo register in a fresh process and a Ray worker
   demo     asynchronous RL under lag on one CPU: SAT against GRPO/GSPO/DPPO (see `sat-ext demo --help`)
+  example  the shipped example configs: `list [NAME]`, `path NAME`, `write NAME DIR` (run without a checkout)
 """
 
 
@@ -21,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
         from sat_ext.doctor import main as run
     elif command == "demo":
         from sat_ext.demo.cli import main as run
+    elif command == "example":
+        from sat_ext.example_configs import main as run
     else:
         print(f"sat-ext: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -71,23 +71,22 @@ def lag_stack() -> str:
 
 def example_configs() -> str:
     """Every shipped verl example variant composes, passes sat_ext's lag check, and its actor converts."""
-    from importlib.resources import as_file, files
-
     from hydra import compose, initialize_config_dir
     from verl.utils.config import omega_conf_to_dataclass
 
+    from sat_ext.example_configs import config_dir, variants
     from sat_ext.verl.lag_overrides import check_verl_config
 
-    with as_file(files("sat_ext.examples") / "verl_aime_qwen3_30b" / "config") as config_dir:
-        variants = sorted(p.stem for p in config_dir.glob("*_lag*.yaml"))
-        if not variants:
-            raise FileNotFoundError(f"no example variants in {config_dir}")
-        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-            for name in variants:
-                cfg = compose(config_name=name)
-                check_verl_config(cfg)
-                omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
-    return f"{len(variants)} variants in {config_dir}"
+    name = "verl_aime_qwen3_30b"
+    found, config = variants(name), config_dir(name)
+    if not found:
+        raise FileNotFoundError(f"no example variants in {config}")
+    with initialize_config_dir(config_dir=str(config), version_base=None):
+        for variant in found:
+            cfg = compose(config_name=variant)
+            check_verl_config(cfg)
+            omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    return f"{len(found)} variants in {config}"
 
 
 def fresh_process_report() -> dict[str, Any]:

@@ -42,7 +42,7 @@ def test_doctor_passes_with_a_local_ray_and_reports_json():
     assert checks["sat, sat_gspo registered by `import verl` (fresh process)"]["detail"] == "yes"
     assert checks["SAT _target_ through verl's config conversion"]["status"] == "ok"
     assert "SATLagReplayBuffer" in checks["verl V1 + TransferQueue + sat_ext lag sampler/trainer"]["detail"]
-    assert checks["shipped example configs compose"]["detail"].startswith("14 variants")
+    assert checks["shipped example configs compose"]["detail"].startswith("26 variants")
     assert checks["Ray (a local Ray started for this check)"]["detail"] == "1 alive node(s)"
     [node] = [c for name, c in checks.items() if name.startswith("node ")]
     assert node["status"] == "ok" and "sat, sat_gspo registered" in node["detail"]

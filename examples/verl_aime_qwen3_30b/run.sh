@@ -1,35 +1,40 @@
 #!/usr/bin/env bash
-# Launch one variant of the Qwen3-30B-A3B-Base / DAPO-Math / AIME24 example with verl 0.9.1.
+# Launch one variant of the Qwen3-30B-A3B-Base / DAPO-Math / AIME24 example with verl 0.9.1 on one node of
+# 8 GPUs (GPUs 0-3 train, 4-7 roll out: the paper's App. F).
 #
-#   bash examples/verl_aime_qwen3_30b/run.sh VARIANT [hydra overrides ...]
-#   bash examples/verl_aime_qwen3_30b/run.sh --list
+#   bash run.sh VARIANT [hydra overrides ...]
+#   bash run.sh --list
 #
-# VARIANT is a file name in config/ without .yaml, e.g. sat_gspo_r3_lag1, sat_gspo_r3_lag8, sat_grpo_r3_lag1,
-# grpo_lag1, gspo_lag1, gspo_r3_lag1, dppo_tv_lag1 (every method also has a _lag8 twin). Extra arguments are
-# passed to Hydra unchanged, e.g. `trainer.logger=[console,wandb]`, `actor_rollout_ref.rollout.n=8`, or
-# `--cfg job` to print the composed config and exit without starting anything.
+# VARIANT is a file name in config/ without .yaml: one per row of the paper's Table 1 and lag, e.g.
+# sat_gspo_r3_lag1, sat_gspo_r3_lag8, grpo_tis_r3_lag1, dppo_tv_lag8 (--list shows all 26). Extra arguments
+# are passed to Hydra unchanged, e.g. `trainer.logger=[console,wandb]`, `--cfg job` to print the composed
+# config and exit without starting anything, or `denominator=rollout` for App. E.6's rollout log-prob
+# denominator on a GRPO / GSPO / SAT variant (the run is then named VARIANT_rollout_lp).
 #
 # Environment (all optional):
 #   SAT_MODEL_PATH   local Qwen/Qwen3-30B-A3B-Base        (default ~/models/Qwen3-30B-A3B-Base)
-#   SAT_DATA_DIR     output of examples/data/prepare_aime_dapo.py (default ~/data/sat_aime)
+#   SAT_DATA_DIR     output of the data script (prepare_aime_dapo.py --val-n 64; default ~/data/sat_aime)
 #   SAT_CKPT_DIR     checkpoint root                      (default ~/ckpt/sat_aime)
-#   TRAIN_NNODES / ROLLOUT_NNODES / GPUS_PER_NODE   cluster shape (defaults in config: 4 / 4 / 8)
 #   PYTHON           interpreter (default python3)
 #   SAT_DRY_RUN=1    print the command, one argument per line, instead of running it
 #
-# Start a Ray cluster spanning TRAIN_NNODES + ROLLOUT_NNODES nodes first (`ray start --head` on this node,
-# `ray start --address=...` on the others); verl's driver joins it.
+# Start Ray on the node first (`ray start --head`); verl's driver joins it.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CONFIG_DIR="${HERE}/config"
 
 if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
-    sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 if [[ "$1" == "--list" ]]; then
-    for f in "${CONFIG_DIR}"/*_lag*.yaml; do basename "${f}" .yaml; done
+    # variants: the top-level configs that no other top-level config names as a plain default (a base)
+    BASES=" $(sed -n 's/^  - \([A-Za-z0-9_]*\)$/\1/p' "${CONFIG_DIR}"/*.yaml | sort -u | tr '\n' ' ') "
+    for f in "${CONFIG_DIR}"/*.yaml; do
+        name="$(basename "${f}" .yaml)"
+        [[ "${BASES}" == *" ${name} "* ]] || echo "${name}"
+    done
     exit 0
 fi
 
@@ -40,11 +45,11 @@ if [[ ! -f "${CONFIG_DIR}/${VARIANT}.yaml" ]]; then
     exit 2
 fi
 
+# App. E.6's switch keeps the variant's name apart from its paper-denominator twin (checkpoints, logs),
+# unless the caller names the run.
 OVERRIDES=()
-[[ -n "${TRAIN_NNODES:-}" ]] && OVERRIDES+=("trainer.nnodes=${TRAIN_NNODES}")
-[[ -n "${ROLLOUT_NNODES:-}" ]] && OVERRIDES+=("actor_rollout_ref.rollout.nnodes=${ROLLOUT_NNODES}")
-if [[ -n "${GPUS_PER_NODE:-}" ]]; then
-    OVERRIDES+=("trainer.n_gpus_per_node=${GPUS_PER_NODE}" "actor_rollout_ref.rollout.n_gpus_per_node=${GPUS_PER_NODE}")
+if [[ " $* " == *" denominator=rollout "* && " $* " != *"trainer.experiment_name="* ]]; then
+    OVERRIDES+=("trainer.experiment_name=${VARIANT}_rollout_lp")
 fi
 
 # Make a failed SAT registration loud in every verl process (verl logs entry-point failures at DEBUG only);
@@ -52,7 +57,7 @@ fi
 export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-sat_ext.verl.plugin}"
 
 CMD=("${PYTHON:-python3}" -m sat_ext.verl.main_ppo --config-path "${CONFIG_DIR}" --config-name "${VARIANT}")
-CMD+=("${OVERRIDES[@]+"${OVERRIDES[@]}"}" "$@")
+CMD+=("$@" "${OVERRIDES[@]+"${OVERRIDES[@]}"}")
 
 if [[ "${SAT_DRY_RUN:-0}" == "1" ]]; then
     printf '%s\n' "${CMD[@]}"

@@ -12,9 +12,10 @@ then checked the way verl itself consumes it:
   ``omega_conf_to_dataclass`` (as the driver and each worker do) to dataclasses that carry every value set;
 * ``loss_mode`` resolves in verl's policy-loss registry, and for the SAT variants the policy-loss config is
   ``SATPolicyLossConfig`` with the knobs the YAML sets, turned into the intended ``SATConfig``;
-* the paper's setting: 256 prompts x 16 samples per optimizer step, 544 optimizer steps, temperature 0.95,
-  top-p 1.0, 32k responses, AIME avg@8, bypass mode with rollout log-probs, R3 where the name says so, and
-  the V1 separate_async constraints verl asserts at start-up.
+* the paper's setting, variant by variant, against ``PAPER``: a table written from the paper (Table 1's 13
+  methods x lag 1 / 8, App. F's shared settings, Table 9's per-method ones), independently of the YAML;
+* App. E.6's ``denominator=rollout`` switch on every GRPO / GSPO / SAT variant (refused with TIS), and the
+  V1 separate_async constraints verl asserts at start-up.
 """
 
 from __future__ import annotations
@@ -33,24 +34,33 @@ import verl  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from sat_ext.example_configs import variants  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "verl_aime_qwen3_30b"
 CONFIG_DIR = EXAMPLE / "config"
 VERL_CONFIG_DIR = Path(verl.__file__).parent / "trainer" / "config"
-GROUPS = ("method", "routing", "lag")
-VARIANTS = sorted(p.stem for p in CONFIG_DIR.glob("*_lag*.yaml"))
+GROUPS = ("method", "routing", "tis", "lag", "denominator")
+VARIANTS = variants("verl_aime_qwen3_30b", REPO / "examples")
 SAT_TARGET = "sat_ext.verl.config.SATPolicyLossConfig"
 
 # Sections verl does not read in this setup: legacy top-level reward keys (main_ppo ignores them; only the
-# fully_async entry point migrates them), the critic (GRPO advantages: no critic) and the reference model
-# (no KL loss / KL reward: no ref). Setting a key here would have no effect, so the example must not.
-IGNORED_PREFIXES = ("reward_model.", "custom_reward_function.", "sandbox_fusion.", "critic.",
-                    "actor_rollout_ref.ref.", "distillation.")
+# fully_async entry point migrates them) and the critic (GRPO advantages: no critic). Setting a key here would
+# have no effect, so the example must not. (The reference model is read: the KL loss needs it.)
+IGNORED_PREFIXES = ("reward_model.", "custom_reward_function.", "sandbox_fusion.", "critic.", "distillation.")
 
-# Megatron TransformerConfig fields the example passes through actor.megatron.override_transformer_config
-# that verl's schema does not list (it lists recompute_* and attention_backend). Checked against
-# megatron.core when it is installed (a GPU machine); named here otherwise.
-TRANSFORMER_CONFIG_EXTRA = {"moe_router_dtype"}
+# Megatron config fields the example passes through verl's free-form override dicts that verl's schema does
+# not list. Checked against megatron.core's dataclasses when it is installed (a GPU machine); named here
+# otherwise (megatron-core is not installed on the CPU machine that runs these tests).
+MEGATRON_EXTRA = {
+    "actor_rollout_ref.actor.megatron.override_transformer_config.": ("megatron.core.transformer", "TransformerConfig",
+                                                                      {"moe_router_dtype", "attention_softmax_in_fp32"}),
+    "actor_rollout_ref.actor.megatron.override_ddp_config.": ("megatron.core.distributed",
+                                                              "DistributedDataParallelConfig", {"grad_reduce_in_fp32"}),
+    "actor_rollout_ref.actor.optim.override_optimizer_config.": (
+        "megatron.core.optimizer", "OptimizerConfig",
+        {"optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d"}),
+}
 
 
 def _flatten(node, prefix=()):
@@ -120,14 +130,14 @@ def _dapo_reward_kwargs() -> set[str]:
     return {"max_resp_len"} | {f"overlong_buffer_cfg.{s}" for s in sub}
 
 
-def _transformer_config_fields() -> set[str] | None:
-    try:
-        from dataclasses import fields
+def _megatron_fields(module: str, cls: str) -> set[str] | None:
+    from dataclasses import fields
+    from importlib import import_module
 
-        from megatron.core.transformer import TransformerConfig
+    try:
+        return {f.name for f in fields(getattr(import_module(module), cls))}
     except ImportError:
         return None
-    return {f.name for f in fields(TransformerConfig)}
 
 
 def _sat_fields() -> set[str]:
@@ -142,11 +152,10 @@ def _free_form_ok(key: str) -> bool:
     """A key under one of the free-form dicts the example uses, checked against what reads it."""
     if key.startswith("reward.reward_kwargs."):
         return key[len("reward.reward_kwargs."):] in _dapo_reward_kwargs()
-    prefix = "actor_rollout_ref.actor.megatron.override_transformer_config."
-    if key.startswith(prefix):
-        name = key[len(prefix):]
-        megatron_fields = _transformer_config_fields()
-        return name in (megatron_fields if megatron_fields is not None else TRANSFORMER_CONFIG_EXTRA)
+    for prefix, (module, cls, named) in MEGATRON_EXTRA.items():
+        if key.startswith(prefix):
+            megatron_fields = _megatron_fields(module, cls)
+            return key[len(prefix):] in (megatron_fields if megatron_fields is not None else named)
     prefix = "actor_rollout_ref.actor.policy_loss."
     if key.startswith(prefix):
         return key[len(prefix):] in _sat_fields()
@@ -165,19 +174,16 @@ def _free_form_ok(key: str) -> bool:
 
 
 def test_every_variant_is_listed_and_named_after_its_parts():
-    expected = {f"{m}{'_r3' if r == 'r3' else ''}_lag{lag}"
-                for m, r in [("grpo", "none"), ("gspo", "none"), ("gspo", "r3"), ("dppo_tv", "none"),
-                             ("sat_gspo", "none"), ("sat_grpo", "r3"), ("sat_gspo", "r3")]
-                for lag in (1, 8)}
-    assert set(VARIANTS) == expected
+    assert set(VARIANTS) == set(PAPER)  # one variant per row of Table 1 and lag, no others
     for name in VARIANTS:
         raw = _raw(CONFIG_DIR / f"{name}.yaml")
         assert raw["hydra"]["searchpath"] == ["pkg://verl.trainer.config"]
         choices = {k: v for d in raw["defaults"] if isinstance(d, dict) for k, v in d.items()}
-        method, lag = re.fullmatch(r"(.+?)(?:_r3)?_lag(\d+)", name).groups()
-        assert choices == {"method": method, "routing": "r3" if "_r3_" in name else "none", "lag": f"lag{lag}"}
+        method, tis, r3, lag = re.fullmatch(r"(.+?)(_tis)?(_r3)?_lag(\d+)", name).groups()
+        assert choices == {"method": method, "routing": "r3" if r3 else "none", "tis": "token" if tis else "none",
+                           "lag": f"lag{lag}", "denominator": "rollout" if method == "dppo_tv" else "checkpoint"}
         assert raw["defaults"][0] == "sat_aime_base" and raw["defaults"][-1] == "_self_"
-        assert raw["trainer"]["experiment_name"] == name
+        assert set(raw) == {"hydra", "defaults", "trainer"} and raw["trainer"] == {"experiment_name": name}
 
 
 def test_group_files_are_global_packages():
@@ -232,6 +238,20 @@ def _example_keys_for(name: str) -> dict[str, object]:
     return keys
 
 
+def _ref_config(cfg: DictConfig):
+    """The reference model's config as verl's ActorRolloutRefWorker builds it (log_prob_* keys renamed first)."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    ref = OmegaConf.create(OmegaConf.to_container(cfg.actor_rollout_ref, resolve=True)).ref
+    renames = {"log_prob_micro_batch_size": "ppo_micro_batch_size",
+               "log_prob_micro_batch_size_per_gpu": "ppo_micro_batch_size_per_gpu",
+               "log_prob_use_dynamic_bsz": "use_dynamic_bsz", "log_prob_max_token_len_per_gpu": "ppo_max_token_len_per_gpu"}
+    for old, new in renames.items():
+        ref[new] = ref.pop(old, None)
+    ref.ppo_mini_batch_size = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    return omega_conf_to_dataclass(ref)
+
+
 def _attr(obj, dotted: str):
     for part in dotted.split("."):
         obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
@@ -247,8 +267,8 @@ def test_variant_converts_like_verl(name, composed):
 
     cfg = composed[name]
     resolved = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
-    assert not need_reference_policy(cfg) and not need_critic(cfg)  # so ref.* / critic.* are really unused
-    validate_config(cfg, use_reference_policy=False, use_critic=False)
+    assert need_reference_policy(cfg) and not need_critic(cfg)  # the KL loss's ref is built; critic.* unused
+    validate_config(cfg, use_reference_policy=True, use_critic=False)
 
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
@@ -256,21 +276,22 @@ def test_variant_converts_like_verl(name, composed):
     assert isinstance(actor, McoreActorConfig) and isinstance(rollout, RolloutConfig)
 
     # Every value the example sets reaches the dataclass verl builds from it.
-    sections = {"actor_rollout_ref.actor.": actor, "actor_rollout_ref.rollout.": rollout, "algorithm.": algo}
+    ref = _ref_config(cfg)
+    sections = {"actor_rollout_ref.actor.": actor, "actor_rollout_ref.rollout.": rollout, "algorithm.": algo,
+                "actor_rollout_ref.ref.": ref}
     for key, raw_value in _example_keys_for(name).items():
         expected = _lookup(resolved, key)[1]
         for prefix, obj in sections.items():
             if key.startswith(prefix):
                 got = _attr(obj, key[len(prefix):])
-                if key.endswith("._target_"):
+                if key.endswith("._target_") or ".override_" in key:  # free-form dicts: checked above
                     continue
                 got = list(got) if isinstance(got, (list, tuple)) else got
                 assert got == expected, f"{key}: dataclass has {got!r}, config {expected!r}"
 
     loss_mode = actor.policy_loss.loss_mode
     assert callable(get_policy_loss_fn(loss_mode))
-    assert loss_mode == {"grpo": "vanilla", "gspo": "gspo", "dppo_tv": "dppo_tv", "sat_grpo": "sat",
-                         "sat_gspo": "sat_gspo"}[re.match(r"(.+?)(?:_r3)?_lag", name).group(1)]
+    assert loss_mode == PAPER[name]["loss"]
 
 
 @pytest.mark.parametrize("name", [v for v in VARIANTS if v.startswith("sat_")])
@@ -306,45 +327,173 @@ def test_sat_variants_get_sats_intended_config(name, composed):
     assert expected == SATConfig(eps_low=0.2, eps_high=0.2, dual_clip=expected.dual_clip)
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_paper_setting(name, composed):
-    cfg = composed[name]
-    aa, ro, tr = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout, cfg.trainer
-    lag = int(name.rsplit("lag", 1)[1])
-    v1 = tr.v1
-    sync = v1.separate_async.parameter_sync_step
+# ------------------------------------------------------------------------------- the paper's values, per variant
+# Written from the paper (not from the YAML): App. F's shared settings, Table 9's per-method ones, Table 1's rows.
+# Where the paper is silent or contradicts itself, the choice is the README's and is marked "choice".
+APP_F = {
+    "optimizer": ("adam", (0.9, 0.98), 1e-6, 0, "constant", 0.0),  # betas, constant lr, no warm-up; wd: choice
+    "kl": (True, "low_var_kl", 1e-3),
+    "entropy_coeff": 0.0,
+    "train_gpus": (1, 4),     # one node; GPUs 0-3 train
+    "rollout_gpus": (1, 4),   # GPUs 4-7 roll out
+    "parallel": {"tp": 4, "pp": 1, "cp": 1, "ep": 4, "etp": 1, "sp": True},
+    "precision": ("bfloat16", True, True, "flash"),  # bf16, fp32 grad all-reduce, fp32 softmax, FlashAttention
+    "sglang_mem_fraction": 0.85,
+    "batch": (256, 16, 1),    # prompts x samples per optimizer step, one update per batch
+    "optimizer_steps": 544,
+    "response_cap": 32768,
+    "dynamic_batch_tokens_per_gpu": 32768,
+    "sampling": (1.0, 1.0, -1),  # temperature (App. F / E.5; §5.1 says 0.95: choice), top-p, top-k
+    "eval": (64, 8),          # 16 samples x 4 runs = mean over 64 per problem; every 8 optimizer steps: choice
+}
+TABLE_1 = {  # method -> (loss, radii or DPPO's delta, Table 9's rollout log-prob need, SAT)
+    "grpo": ("vanilla", (0.2, 0.2), False, False),
+    "gspo": ("gspo", (0.2, 0.2), False, False),
+    "dppo_tv": ("dppo_tv", (1e-3, 1e-3), True, False),
+    "sat_grpo": ("sat", (0.2, 0.2), False, True),
+    "sat_gspo": ("sat_gspo", (0.2, 0.2), False, True),
+}
+TABLE_1_ROWS = [  # (method, TIS, R3): the 13 rows of Table 1
+    ("grpo", False, False), ("gspo", False, False), ("grpo", False, True), ("gspo", False, True),
+    ("grpo", True, False), ("gspo", True, False), ("grpo", True, True), ("gspo", True, True),
+    ("dppo_tv", False, False), ("sat_grpo", False, False), ("sat_gspo", False, False),
+    ("sat_grpo", False, True), ("sat_gspo", False, True),
+]
+TIS_CAP = 2.0  # the paper does not state C: verl's default (choice)
+PAPER = {
+    f"{method}{'_tis' if tis else ''}{'_r3' if r3 else ''}_lag{lag}": {
+        **APP_F,
+        "loss": TABLE_1[method][0], "radii": TABLE_1[method][1],
+        "denominator": "rollout" if TABLE_1[method][2] else "checkpoint",
+        "sat": TABLE_1[method][3], "r3": r3, "tis": ("token", TIS_CAP) if tis else None,
+        "lag": (lag, 1),  # a broadcast every `lag` optimizer steps, the rollout one batch ahead
+    }
+    for method, tis, r3 in TABLE_1_ROWS for lag in (1, 8)
+}
 
-    # Paper batch: 256 prompts x 16 samples per optimizer step, one epoch over it, 544 optimizer steps.
-    assert aa.ppo_mini_batch_size == 256 and aa.ppo_epochs == 1 and ro.n == 16
-    assert tr.total_training_steps * sync == 544
-    # Sampling and length.
-    assert (ro.temperature, ro.top_p, ro.top_k) == (0.95, 1.0, -1)
-    assert cfg.data.max_response_length == 32768
-    assert aa.ppo_max_token_len_per_gpu >= cfg.data.max_prompt_length + cfg.data.max_response_length
-    # AIME24 avg@8.
-    vk = ro.val_kwargs
-    assert (vk.n, vk.do_sample, vk.temperature, vk.top_p) == (8, True, 0.95, 1.0)
-    assert tr.test_freq * sync == 8  # the same optimizer-step cadence at both lags
-    # The paper's denominator (Table 9): the generating checkpoint's trainer-side log-prob; DPPO needs mu.
-    assert cfg.algorithm.rollout_correction.bypass_mode is name.startswith("dppo") and ro.calculate_log_probs
-    # Megatron training, SGLang rollout on separate GPUs.
+
+def _settings(cfg: DictConfig) -> dict:
+    """The PAPER keys, read from a composed config through the dataclasses verl builds from it."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    ro = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    tr, mg, opt = cfg.trainer, actor.megatron, actor.optim
+    sync = tr.v1.separate_async.parameter_sync_step
+    corr = cfg.algorithm.rollout_correction  # verl reads it from the DictConfig (trainer_base._compute_*)
+    kw = tr.v1.sampler.sampler_kwargs
+    assert (kw.mode, kw.interval) == ("interval", sync)
+    return {
+        "optimizer": (opt.optimizer, tuple(opt.betas), opt.lr, opt.lr_warmup_steps_ratio + max(opt.lr_warmup_steps, 0),
+                      opt.lr_decay_style, opt.weight_decay),
+        "kl": (actor.use_kl_loss, actor.kl_loss_type, actor.kl_loss_coef),
+        "entropy_coeff": actor.entropy_coeff,
+        "train_gpus": (tr.nnodes, tr.n_gpus_per_node),
+        "rollout_gpus": (ro.nnodes, ro.n_gpus_per_node),
+        "parallel": {"tp": mg.tensor_model_parallel_size, "pp": mg.pipeline_model_parallel_size,
+                     "cp": mg.context_parallel_size, "ep": mg.expert_model_parallel_size,
+                     "etp": mg.expert_tensor_parallel_size, "sp": mg.sequence_parallel},
+        "precision": (mg.dtype, mg.override_ddp_config["grad_reduce_in_fp32"],
+                      mg.override_transformer_config["attention_softmax_in_fp32"],
+                      mg.override_transformer_config["attention_backend"]),
+        "sglang_mem_fraction": ro.gpu_memory_utilization,
+        "batch": (actor.ppo_mini_batch_size, ro.n, actor.ppo_epochs),
+        "optimizer_steps": tr.total_training_steps * sync,
+        "response_cap": cfg.data.max_response_length,
+        "dynamic_batch_tokens_per_gpu": actor.ppo_max_token_len_per_gpu if actor.use_dynamic_bsz else None,
+        "sampling": (ro.temperature, ro.top_p, ro.top_k),
+        "eval": (ro.val_kwargs.n, tr.test_freq * sync),
+        "loss": actor.policy_loss.loss_mode,
+        "radii": (actor.clip_ratio_low, actor.clip_ratio_high),
+        "denominator": "rollout" if corr.bypass_mode else "checkpoint",
+        "sat": actor.policy_loss.loss_mode.startswith("sat"),
+        "r3": mg.router_replay.mode == "R3",
+        "tis": (corr.rollout_is, float(corr.rollout_is_threshold)) if corr.rollout_is else None,
+        "lag": (sync, round(tr.v1.separate_async.num_warmup_batches * sync)),
+    }
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_variant_is_the_papers_row(name, composed):
+    cfg = composed[name]
+    assert _settings(cfg) == PAPER[name]
+    ro, aa = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
+    # What the settings above rely on: R3 on both sides, rollout log-probs (DPPO, TIS, d_pi), SAT's defaults
+    # (test_sat_variants_get_sats_intended_config), the sampled eval, the response cap vs the model's positions.
+    assert ro.enable_rollout_routing_replay is PAPER[name]["r3"] and ro.calculate_log_probs is True
+    assert ro.val_kwargs.do_sample is True and (ro.val_kwargs.temperature, ro.val_kwargs.top_p) == (1.0, 1.0)
+    assert ro.max_model_len == 32768 and aa.ppo_max_token_len_per_gpu >= ro.max_model_len
+    assert aa.optim.use_precision_aware_optimizer and aa.optim.override_optimizer_config.optimizer_cpu_offload
+    # Megatron training, SGLang rollout on its own GPUs, V1 separate_async with sat_ext's sampler and trainer,
+    # plus the constraints PPOTrainerSeparateAsync asserts at start-up.
+    tr = cfg.trainer
     assert aa.strategy == "megatron" and ro.name == "sglang" and cfg.actor_rollout_ref.hybrid_engine is False
-    # R3 exactly where the name says so.
-    r3 = "_r3_" in name
-    assert aa.megatron.router_replay.mode == ("R3" if r3 else "disabled")
-    assert ro.enable_rollout_routing_replay is r3
-    # Lag: sat_ext's separate_async trainer, a broadcast every `lag` optimizer steps, one batch prefetched,
-    # plus the constraints PPOTrainerSeparateAsync asserts at start-up, and sat_ext's sampler.
-    assert tr.use_v1 is True and v1.trainer_mode == "sat_separate_async" and sync == lag
-    assert cfg.data.train_batch_size == sync * aa.ppo_mini_batch_size
-    assert ro.nnodes > 0 and ro.n_gpus_per_node > 0 and ro.checkpoint_engine.backend != "naive"
-    sampler = v1.sampler
-    assert (sampler.custom_sampler.path, sampler.custom_sampler.name) == ("pkg://sat_ext.verl.lag_sampler",
-                                                                          "SATLagReplayBuffer")
-    assert v1.separate_async.num_warmup_batches * cfg.data.train_batch_size == 256  # one batch ahead
-    assert sampler.max_off_policy_threshold is None
-    kw = sampler.sampler_kwargs
-    assert (kw.mode, kw.interval, kw.prefetch) == ("interval", lag, 1)
+    assert tr.use_v1 is True and tr.v1.trainer_mode == "sat_separate_async"
+    assert cfg.data.train_batch_size == tr.v1.separate_async.parameter_sync_step * aa.ppo_mini_batch_size
+    assert ro.checkpoint_engine.backend != "naive" and tr.v1.sampler.max_off_policy_threshold is None
+    assert (tr.v1.sampler.custom_sampler.path, tr.v1.sampler.custom_sampler.name) == (
+        "pkg://sat_ext.verl.lag_sampler", "SATLagReplayBuffer")
+
+
+def test_the_paper_table_has_26_rows_and_the_papers_numbers():
+    assert len(PAPER) == 26 == 2 * len(TABLE_1_ROWS)
+    assert {row["loss"] for row in PAPER.values()} == {"vanilla", "gspo", "dppo_tv", "sat", "sat_gspo"}
+
+
+@pytest.fixture(scope="module")
+def rollout_denominator() -> dict[str, DictConfig]:
+    """Every non-DPPO variant composed with App. E.6's switch, as run.sh and main_ppo pass it."""
+    out = {}
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        for name in VARIANTS:
+            if PAPER[name]["denominator"] == "checkpoint":
+                out[name] = compose(name, overrides=["denominator=rollout"])
+    return out
+
+
+def test_rollout_denominator_switch_on_every_grpo_gspo_sat_variant(rollout_denominator):
+    from sat_ext.lag import LagConfigError
+    from sat_ext.verl.lag_overrides import check_verl_config
+    from verl.utils.config import validate_config
+
+    assert len(rollout_denominator) == 24
+    for name, cfg in rollout_denominator.items():
+        assert cfg.algorithm.rollout_correction.bypass_mode is True, name
+        if PAPER[name]["tis"]:  # verl computes no IS weights in bypass mode: refused, naming the key
+            with pytest.raises(LagConfigError) as err:
+                check_verl_config(cfg)
+            assert err.value.key == "algorithm.rollout_correction.rollout_is"
+            continue
+        assert check_verl_config(cfg) == {}
+        validate_config(cfg, use_reference_policy=True, use_critic=False)
+        # everything but the denominator is the variant's
+        assert {k: v for k, v in _settings(cfg).items() if k != "denominator"} == {
+            k: v for k, v in PAPER[name].items() if k != "denominator"}
+
+
+def test_gspo_sequence_kl_is_verls_token_kl_under_its_aggregation():
+    """Table 9: GSPO's KL is the per-sequence mean broadcast to the response's tokens. verl's per-token k3
+    aggregated like the loss (seq-mean-token-mean, and token-mean too) gives the same value and gradient."""
+    import torch
+    from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
+
+    torch.manual_seed(0)
+    mask = torch.rand(6, 40) < 0.7
+    mask[:, 0] = True
+    ref = torch.randn(6, 40) * 0.1 - 2
+    for mode in ("seq-mean-token-mean", "token-mean"):
+        grads = []
+        for form in ("token", "sequence"):
+            logp = (ref + torch.randn(6, 40, generator=torch.Generator().manual_seed(1)) * 0.05).requires_grad_()
+            kld = kl_penalty(logprob=logp, ref_logprob=ref, kl_penalty="low_var_kl")
+            if form == "sequence":
+                seq = (kld * mask).sum(-1) / mask.sum(-1)
+                kld = seq[:, None].expand_as(kld)
+            loss = agg_loss(loss_mat=kld, loss_mask=mask, loss_agg_mode=mode)
+            loss.backward()
+            grads.append((loss.detach(), logp.grad))
+        torch.testing.assert_close(grads[0][0], grads[1][0])
+        torch.testing.assert_close(grads[0][1], grads[1][1])
 
 
 _LAG_BLOCKS = {1: {"mode": "interval", "interval": 1, "prefetch": 1}, 8: {"mode": "interval", "interval": 8, "prefetch": 1}}
@@ -352,21 +501,26 @@ _LAG_BLOCKS = {1: {"mode": "interval", "interval": 1, "prefetch": 1}, 8: {"mode"
 
 @pytest.mark.parametrize("lag", sorted(_LAG_BLOCKS))
 def test_lag_files_are_sat_ext_lags_translation(lag, composed):
-    """lag/lagK.yaml == sat_ext.verl.lag_overrides.verl_overrides(lag block, 256 prompts, eval every 8), key by key."""
+    """lag/lagK.yaml + denominator/*.yaml == sat_ext.verl.lag_overrides.verl_overrides(lag block, 256 prompts,
+    eval every 8, denominator), key by key."""
     from sat_ext.lag import LagConfig, check_compatible
     from sat_ext.verl.lag_overrides import BASE_MODE, check_verl_config, verl_engine_settings, verl_overrides
 
     block = LagConfig.from_dict(_LAG_BLOCKS[lag])
-    overrides = verl_overrides(block, train_batch_size=256, eval_every=8)
+    translations = {}
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
-        translated = compose("ppo_megatron_trainer", overrides=overrides)
-    keys = [o.lstrip("+").split("=", 1)[0] for o in overrides]
-    assert set(keys) <= set(_set_keys(CONFIG_DIR / "lag" / f"lag{lag}.yaml"))  # the lag file sets them all
+        for denominator in ("checkpoint", "rollout"):
+            overrides = verl_overrides(block, train_batch_size=256, eval_every=8, denominator=denominator)
+            translations[denominator] = overrides, compose("ppo_megatron_trainer", overrides=overrides)
     for name in (v for v in VARIANTS if v.endswith(f"_lag{lag}")):
+        denominator = PAPER[name]["denominator"]
+        overrides, translated = translations[denominator]
+        keys = [o.lstrip("+").split("=", 1)[0] for o in overrides]
+        files = _set_keys(CONFIG_DIR / "lag" / f"lag{lag}.yaml") | _set_keys(CONFIG_DIR / "denominator" / f"{denominator}.yaml")
+        assert set(keys) <= set(files)  # the two group files set them all
         cfg = composed[name]
         for key in keys:
-            if key != "algorithm.rollout_correction.bypass_mode" or not name.startswith("dppo"):
-                assert OmegaConf.select(cfg, key) == OmegaConf.select(translated, key), (name, key)
+            assert OmegaConf.select(cfg, key) == OmegaConf.select(translated, key), (name, key)
         mode = cfg.trainer.v1.trainer_mode
         check_compatible(LagConfig.from_dict(OmegaConf.to_container(cfg.trainer.v1.sampler.sampler_kwargs)),
                          verl_engine_settings(mode, cfg.trainer.v1[BASE_MODE]))
@@ -391,24 +545,29 @@ def _dry_run(*args: str, **env: str) -> list[str]:
 
 
 def test_run_sh_builds_the_main_ppo_command():
-    cmd = _dry_run("sat_gspo_r3_lag8", "trainer.logger=[console,wandb]", TRAIN_NNODES="2", GPUS_PER_NODE="4")
+    cmd = _dry_run("sat_gspo_r3_lag8", "trainer.logger=[console,wandb]")
     assert cmd[1:7] == ["-m", "sat_ext.verl.main_ppo", "--config-path", str(CONFIG_DIR), "--config-name",
                         "sat_gspo_r3_lag8"]
-    assert cmd[7:] == ["trainer.nnodes=2", "trainer.n_gpus_per_node=4",
-                       "actor_rollout_ref.rollout.n_gpus_per_node=4", "trainer.logger=[console,wandb]"]
+    assert cmd[7:] == ["trainer.logger=[console,wandb]"]
+    # App. E.6's switch names the run apart from its paper-denominator twin, unless the caller names it
+    assert _dry_run("grpo_lag1", "denominator=rollout")[7:] == ["denominator=rollout",
+                                                                "trainer.experiment_name=grpo_lag1_rollout_lp"]
+    assert _dry_run("grpo_lag1", "denominator=rollout", "trainer.experiment_name=x")[7:] == [
+        "denominator=rollout", "trainer.experiment_name=x"]
     listed = subprocess.run(["bash", str(EXAMPLE / "run.sh"), "--list"], capture_output=True, text=True,
                             check=True).stdout.split()
-    assert listed == VARIANTS
+    assert listed == VARIANTS and len(listed) == 26
     bad = subprocess.run(["bash", str(EXAMPLE / "run.sh"), "no_such_variant"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown variant" in bad.stderr
 
 
-def test_run_sh_overrides_compose(composed):
-    # The overrides run.sh adds are valid Hydra overrides of existing keys (no `+` needed).
-    cmd = _dry_run("grpo_lag1", TRAIN_NNODES="2", ROLLOUT_NNODES="2", GPUS_PER_NODE="8")
+def test_run_sh_overrides_compose():
+    # What run.sh adds for the switch is a valid Hydra override (a group choice and an existing key).
+    cmd = _dry_run("sat_grpo_r3_lag8", "denominator=rollout")
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose("grpo_lag1", overrides=cmd[7:])
-    assert (cfg.trainer.nnodes, cfg.actor_rollout_ref.rollout.nnodes, cfg.trainer.n_gpus_per_node) == (2, 2, 8)
+        cfg = compose("sat_grpo_r3_lag8", overrides=cmd[7:])
+    assert cfg.algorithm.rollout_correction.bypass_mode is True
+    assert cfg.trainer.experiment_name == "sat_grpo_r3_lag8_rollout_lp"
 
 
 BACKGROUND_USERS = ("test_main_ppo_cli_composes_the_variant",)

@@ -147,6 +147,16 @@ def test_translation_errors(block, kwargs, message):
             ["trainer.v1.sampler.custom_sampler.name=ReplayBufferAsync"],
             "trainer.v1.sampler.custom_sampler.name",
         ),
+        (  # TIS in bypass mode: verl computes no IS weights there
+            {"mode": "bounded", "max_lag": 1},
+            ["algorithm.rollout_correction.rollout_is=token"],
+            "algorithm.rollout_correction.rollout_is",
+        ),
+        (  # TIS without rollout log-probs: nothing to weight with
+            {"mode": "interval", "interval": 1, "prefetch": 1},
+            ["algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=false"],
+            "actor_rollout_ref.rollout.calculate_log_probs",
+        ),
     ],
 )
 def test_whole_config_checks_name_the_key(lag, extra, key):
