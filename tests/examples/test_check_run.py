@@ -177,3 +177,11 @@ def test_console_log_and_cli(tmp_path, capsys):
     proc = subprocess.run([sys.executable, "-m", "sat_ext.check_run", str(console), "--variant", "grpo_lag8"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 1 and "FAIL: sat active" in proc.stdout  # a SAT log checked as a baseline
+
+
+def test_sat_ext_check_run_dispatches(capsys):
+    from sat_ext.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["check-run", "--help"])
+    assert e.value.code == 0 and "check_run" in capsys.readouterr().out
