@@ -234,6 +234,23 @@ def _round_bf16(_module, _inputs, output):
     return output.to(torch.bfloat16).to(output.dtype)
 
 
+def frozen_copy(policy: torch.nn.Module, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """A copy of ``policy`` in ``dtype`` without gradients (eval mode): a weight snapshot to score or sample with."""
+    model = copy.deepcopy(policy).to(dtype)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+@torch.no_grad()
+def copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
+    """Copy ``src``'s parameters into ``dst``'s by name (cast to ``dst``'s dtype), in place."""
+    params = dict(src.named_parameters())
+    for name, p in dst.named_parameters():
+        p.copy_(params[name].detach())
+
+
 class RolloutEngine:
     """The rollout copy of the policy: holds the weights of its last sync (``version``), with the mismatch."""
 
@@ -241,10 +258,7 @@ class RolloutEngine:
         self.mismatch = mismatch
         self.dtype = torch.bfloat16 if mismatch.engine == "bf16-native" else torch.float32
         self.round_weights = mismatch.engine == "bf16"
-        self.model = copy.deepcopy(policy).to(self.dtype)
-        self.model.eval()
-        for p in self.model.parameters():
-            p.requires_grad_(False)
+        self.model = frozen_copy(policy, self.dtype)
         if self.round_weights:
             self._round_params()
             for layer in self.model.model.layers:
@@ -263,10 +277,7 @@ class RolloutEngine:
 
     def sync(self, policy: torch.nn.Module, version: int) -> None:
         """Broadcast the trainer's weights (cast to the engine dtype); the engine now serves ``version``."""
-        with torch.no_grad():
-            src = dict(policy.named_parameters())
-            for name, p in self.model.named_parameters():
-                p.copy_(src[name].detach())
+        copy_weights(self.model, policy)
         if self.round_weights:
             self._round_params()
         self.version = version

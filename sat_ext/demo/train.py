@@ -18,7 +18,6 @@ tick), trains, ``complete_step()``, and when a sync is due broadcasts its weight
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 import time
@@ -31,7 +30,7 @@ import torch
 from .losses import TIS_CAP, LossSetting, grpo_advantages, make_loss
 from .methods import Method
 from .engines import ENGINE_KINDS, engine_for
-from .model import Mismatch, ModelConfig, build_policy, sample, token_log_probs
+from .model import Mismatch, ModelConfig, build_policy, copy_weights, frozen_copy, sample, token_log_probs
 from .task import VOCAB, AdditionTask, response_mask
 
 MODES = ("interval", "bounded")
@@ -256,7 +255,7 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
     policy = build_policy(spec.warm.model, seed=spec.warm.seed)
     policy.load_state_dict(warm_state)
     engine = engine_for(spec.engine, policy, spec.mismatch, spec.seed)
-    checkpoint = _frozen_copy(policy)  # the trainer's weights at the last sync: pi^(l) of every batch it generates
+    checkpoint = frozen_copy(policy)  # the trainer's weights at the last sync: pi^(l) of every batch it generates
     loss_fn = make_loss(spec.method.loss, spec.setting, spec.backend, spec.group_size)
     opt = torch.optim.AdamW(policy.parameters(), lr=spec.lr, betas=(0.9, 0.99), weight_decay=0.0)
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -345,7 +344,7 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
                 now += 1
                 produce()
             engine.sync(policy, ctrl.version + 1)
-            _copy_weights(checkpoint, policy)
+            copy_weights(checkpoint, policy)
             ctrl.record_sync()
         lagm = ctrl.pop_metrics()
         rec = {"step": float(ctrl.steps_done), **step_metrics,
@@ -363,20 +362,6 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
     totals["dropped"] = float(history[-1].get("lag/dropped_total", 0.0)) if history else 0.0
     totals["regenerated"] = float(history[-1].get("lag/regenerated_total", 0.0)) if history else 0.0
     return RunResult(spec, history, evals, lag_counts, totals, time.perf_counter() - t0)
-
-
-def _frozen_copy(policy: torch.nn.Module) -> torch.nn.Module:
-    model = copy.deepcopy(policy)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
-
-
-@torch.no_grad()
-def _copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
-    params = dict(src.named_parameters())
-    for name, p in dst.named_parameters():
-        p.copy_(params[name].detach())
 
 
 def _log_probs(model: torch.nn.Module, prompts: torch.Tensor, responses: torch.Tensor, spec: RunSpec,
