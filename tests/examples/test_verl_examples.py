@@ -103,13 +103,15 @@ def generated_schema() -> dict:
     return _raw(VERL_CONFIG_DIR / "_generated_ppo_megatron_trainer.yaml")
 
 
+def compose_variants(config_dir: Path, names: list[str]) -> dict[str, DictConfig]:
+    """Each named variant of an example folder, composed by Hydra as `--config-name NAME` would."""
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        return {name: compose(name) for name in names}
+
+
 @pytest.fixture(scope="module")
 def composed() -> dict[str, DictConfig]:
-    out = {}
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        for name in VARIANTS:
-            out[name] = compose(name)
-    return out
+    return compose_variants(CONFIG_DIR, VARIANTS)
 
 
 def _lookup(tree: dict, dotted: str):

@@ -21,7 +21,14 @@ import verl  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from test_verl_examples import IGNORED_PREFIXES, _free_form_ok, _lookup, _raw, _set_keys  # noqa: E402
+from test_verl_examples import (  # noqa: E402
+    IGNORED_PREFIXES,
+    _free_form_ok,
+    _lookup,
+    _raw,
+    _set_keys,
+    compose_variants,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "verl_small_qwen3_1p7b"
@@ -111,11 +118,7 @@ VARIANTS = sorted(EXPECTED)
 
 @pytest.fixture(scope="module")
 def composed() -> dict[str, DictConfig]:
-    out = {}
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        for name in VARIANTS:
-            out[name] = compose(name)
-    return out
+    return compose_variants(CONFIG_DIR, VARIANTS)
 
 
 @pytest.fixture(scope="module")
