@@ -44,6 +44,13 @@ def vllm_available() -> tuple[bool, str]:
     return True, ""
 
 
+def check_mismatch(mismatch: Mismatch) -> None:
+    """The vLLM engine's mismatch is its own numerics and routing: it takes no emulated routing perturbation."""
+    if mismatch.perturbs_routing:
+        raise ValueError("the vLLM engine takes no emulated routing mismatch (route_noise / rollout_top_k, got "
+                         f"{mismatch.route_noise!r} / {mismatch.rollout_top_k!r}): its mismatch is its own numerics")
+
+
 def checkpoint_state(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The policy's float32 weights under the checkpoint names vLLM loads: transformers keeps each layer's
     experts fused (``experts.gate_up_proj`` (E, 2I, H) = [gate; up], ``experts.down_proj`` (E, H, I)), a
@@ -140,9 +147,7 @@ class VLLMEngine:
 
     def __init__(self, policy: torch.nn.Module, mismatch: Mismatch = Mismatch(), seed: int = 0,
                  max_model_len: int = 32, kv_cache_gib: int = 1):
-        if mismatch.route_noise or mismatch.rollout_top_k is not None:
-            raise ValueError("the vLLM engine takes no emulated routing mismatch (route_noise / rollout_top_k): "
-                             "its mismatch is its own numerics")
+        check_mismatch(mismatch)
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its start-up log would bury the demo's progress
         from vllm import LLM

@@ -54,7 +54,6 @@ def engine_for(kind: str, policy: torch.nn.Module, mismatch: Mismatch, seed: int
         engine = _POOL[key] = VLLMEngine(policy, mismatch, seed=seed)
     else:
         engine.sync(policy, 0)
-    engine.version = 0
     return engine
 
 

@@ -77,8 +77,13 @@ class Mismatch:
             raise ValueError(f"rollout_top_k must be >= 1 or None, got {self.rollout_top_k!r}")
 
     @property
+    def perturbs_routing(self) -> bool:
+        """Whether the emulated engine's routers differ from the trainer's (noise or another top-k)."""
+        return bool(self.route_noise) or self.rollout_top_k is not None
+
+    @property
     def off(self) -> bool:
-        return self.engine == "fp32" and self.route_noise == 0 and self.rollout_top_k is None
+        return self.engine == "fp32" and not self.perturbs_routing
 
     def describe(self) -> str:
         parts = [f"numerics {self.engine}"]
@@ -266,7 +271,7 @@ class RolloutEngine:
                 layer.mlp.register_forward_hook(_round_bf16)
             self.model.lm_head.register_forward_hook(_round_bf16)
         self.version = 0
-        if mismatch.route_noise or mismatch.rollout_top_k is not None:
+        if mismatch.perturbs_routing:
             g = torch.Generator().manual_seed(10_007 + seed)
             for r in routers(self.model):
                 noise = torch.randn(r.weight.shape, generator=g) / math.sqrt(r.weight.shape[1])

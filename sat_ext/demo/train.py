@@ -29,6 +29,7 @@ import torch
 
 from .losses import TIS_CAP, LossSetting, grpo_advantages, make_loss
 from .methods import Method
+from .engine_vllm import check_mismatch
 from .engines import ENGINE_KINDS, engine_for
 from .model import Mismatch, ModelConfig, build_policy, copy_weights, frozen_copy, sample, token_log_probs
 from .task import VOCAB, AdditionTask, response_mask
@@ -99,9 +100,8 @@ class RunSpec:
                              f"({self.mini_batches})")
         if self.engine not in ENGINE_KINDS:
             raise ValueError(f"engine must be one of {list(ENGINE_KINDS)}, got {self.engine!r}")
-        if self.engine == "vllm" and (self.mismatch.route_noise or self.mismatch.rollout_top_k is not None):
-            raise ValueError("the vLLM engine takes no emulated routing mismatch (route_noise, rollout_top_k): its "
-                             "mismatch is its own numerics")
+        if self.engine == "vllm":
+            check_mismatch(self.mismatch)
         if self.denominator not in DENOMINATORS:
             raise ValueError(f"denominator must be one of {list(DENOMINATORS)}, got {self.denominator!r}")
         if self.method.tis and self.denominator == "rollout":
@@ -299,7 +299,7 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
                                       capture_routing=spec.method.r3)
             responses = rollout.responses
             with torch.no_grad():
-                ckpt_lp = _log_probs(checkpoint, prompts, responses, spec, rollout.routing)
+                ckpt_lp = token_log_probs(checkpoint, prompts, responses, spec.temperature, rollout.routing)
             mask = response_mask(responses)
             rewards = task.rewards([p for p in probs for _ in range(G)], responses)
             for j, c in enumerate(claims):
@@ -364,14 +364,6 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
     return RunResult(spec, history, evals, lag_counts, totals, time.perf_counter() - t0)
 
 
-def _log_probs(model: torch.nn.Module, prompts: torch.Tensor, responses: torch.Tensor, spec: RunSpec,
-               routing: torch.Tensor | None) -> torch.Tensor:
-    """The trainer's log-probs; with R3 its forward replays the engine's experts (paper Eq. 40)."""
-    if spec.method.r3:
-        return token_log_probs(model, prompts, responses, spec.temperature, routing=routing)
-    return token_log_probs(model, prompts, responses, spec.temperature)
-
-
 def tis_weights(checkpoint_lp: torch.Tensor, rollout_lp: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:
     """TIS (paper Eq. 41, verl's token-level rollout correction): w = min(pi^(l) / mu, C), 0 off the mask."""
     w = torch.exp((checkpoint_lp - rollout_lp).clamp(max=math.log(cap)))
@@ -408,7 +400,8 @@ def _train_step(spec: RunSpec, policy, opt, params, loss_fn, groups: list, kind:
     loss_sum, n_mb, grad_norms = 0.0, 0, []
     for start in range(0, responses.shape[0], per_mb):
         sl = slice(start, start + per_mb)
-        lp = _log_probs(policy, prompts[sl], responses[sl], spec, routing[:, sl] if routing is not None else None)
+        lp = token_log_probs(policy, prompts[sl], responses[sl], spec.temperature,
+                             routing[:, sl] if routing is not None else None)
         m = mask[sl]
         d_all.append((lp.detach() - old_lp[sl])[m])
         dmu_all.append((lp.detach() - mu[sl])[m])
