@@ -1,16 +1,19 @@
 """The ``sat-ext`` command: ``doctor`` (environment check), ``demo`` (the CPU example), ``example`` (shipped
-configs), ``check-run`` (a verl run's log against SAT's and the lag schedule's signals)."""
+configs), ``check-run`` (a verl run's log against SAT's and the lag schedule's signals), ``smoke`` (verl's own
+training loop with SAT and the lag modes, a few steps, checked)."""
 
 from __future__ import annotations
 
 import sys
 
-USAGE = """usage: sat-ext {doctor,demo,example,check-run} [options]
+USAGE = """usage: sat-ext {doctor,demo,example,check-run,smoke} [options]
 
   doctor   check that verl is found and sat/sat_gspo register in a fresh process and a Ray worker
   demo       the paper's experiment in miniature on one CPU, on a real vLLM engine (`sat-ext demo --help`)
   example    the shipped example configs: `list [NAME]`, `path NAME`, `write NAME DIR` (run without a checkout)
   check-run  check a verl run's log: SAT active, gate rate, d_pi, finite losses, the lag schedule
+  smoke      run verl's own training loop with SAT and every lag mode for a few steps and check it
+             (`sat-ext smoke verl --help`; on the CPU here, on the GPU where CUDA is available)
 """
 
 
@@ -28,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         from sat_ext.example_configs import main as run
     elif command == "check-run":
         from sat_ext.check_run import main as run
+    elif command == "smoke":
+        from sat_ext.smoke.cli import main as run
     else:
         print(f"sat-ext: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

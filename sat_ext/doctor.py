@@ -5,7 +5,8 @@ versions sat_ext is tested with; TransferQueue; in a fresh interpreter, that ``i
 ``sat`` / ``sat_gspo`` (showing the plugin error verl hides), that the SAT ``_target_`` converts through
 verl's own config code, that verl's V1 stack with sat_ext's lag sampler and trainer mode imports, and that
 the shipped example configs compose; then one task pinned to every alive Ray node (the running cluster when
-``RAY_ADDRESS`` is set or a local one is found, else a local Ray started for the check); with
+``RAY_ADDRESS`` is set or a local one is found, else a local Ray started for the check; ``RAY_ADDRESS=local``
+always starts a private one, as Ray's own ``ray.init(address="local")`` does); with
 ``--training-node``, CUDA, Megatron-core, mbridge and SGLang. Exit status 1 if any check failed; ``--json``
 prints the checks as JSON.
 """
@@ -152,7 +153,10 @@ ray.shutdown()
 
 
 def _cluster_address() -> str | None:
-    """``RAY_ADDRESS``, else "auto" when a Ray cluster runs on this machine, else None (start a local one)."""
+    """``RAY_ADDRESS``, else "auto" when a Ray cluster runs on this machine, else None (start a local one; also
+    for ``RAY_ADDRESS=local``)."""
+    if os.environ.get("RAY_ADDRESS") == "local":
+        return None
     if os.environ.get("RAY_ADDRESS"):
         return os.environ["RAY_ADDRESS"]
     try:

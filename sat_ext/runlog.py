@@ -26,6 +26,8 @@ Checks (each PASS, FAIL or SKIP with the reason):
 
 Steady-state steps: those whose ``lag/steps/min`` >= 1 (without lag metrics: every step after the first). A
 lag-0 batch (the first window) is trained on the weights that generated it, so d = 0 and nothing is gated.
+With the rollout denominator (``rollout_denominator``: verl's bypass mode, App. E.6) every step counts: d then
+includes the engine's own mismatch at every lag.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Expectation:
 
     sat: bool
     sequence_gate: bool = False
+    rollout_denominator: bool = False
     interval: int | None = None
     prefetch: int = 1
     gate_rate_min: float = DEFAULT_GATE_RATE_MIN
@@ -170,7 +173,9 @@ def training_records(records: list[Record]) -> list[Record]:
     return [r for r in records if any(k.startswith("actor/") for k in r.values)]
 
 
-def _steady(records: list[Record]) -> list[Record]:
+def _steady(records: list[Record], exp: Expectation) -> list[Record]:
+    if exp.rollout_denominator:  # d = log pi - log mu: the engine's mismatch makes it non-zero at every lag
+        return records
     if any("lag/steps/min" in r.values for r in records):
         return [r for r in records if r.values.get("lag/steps/min", 0.0) >= 1]
     return records[1:]
@@ -199,7 +204,7 @@ def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
     if missing:
         return CheckResult(name, False, f"actor/sat/gate_rate missing on steps {missing[:5]}")
     over = [r.step for r in records if not r.values["actor/sat/gate_rate"] <= exp.gate_rate_max + TOL]
-    steady = [r.values["actor/sat/gate_rate"] for r in _steady(records)]
+    steady = [r.values["actor/sat/gate_rate"] for r in _steady(records, exp)]
     if not steady:
         return CheckResult(name, False, "no steady-state step (lag/steps/min >= 1) to judge the gate rate on")
     low = not exp.sequence_gate and statistics.median(steady) < exp.gate_rate_min
@@ -218,7 +223,7 @@ def check_d_pi(records: list[Record], exp: Expectation) -> CheckResult:
     if not exp.sat:
         return CheckResult(name, None, "baseline: verl's own losses do not report actor/sat/d_pi")
     bad = [r.step for r in records if not math.isfinite(r.values.get("actor/sat/d_pi", math.nan))]
-    steady = [r.values.get("actor/sat/d_pi", math.nan) for r in _steady(records)]
+    steady = [r.values.get("actor/sat/d_pi", math.nan) for r in _steady(records, exp)]
     steady = [v for v in steady if math.isfinite(v)]
     zero = not steady or statistics.median(steady) <= 0.0
     detail = (f"steady state: {_fmt(steady)}" if steady else "no finite steady-state value")
@@ -290,7 +295,7 @@ def check_lag_schedule(records: list[Record], exp: Expectation) -> CheckResult:
     if exp.interval is None:
         return CheckResult(name, None, "no lag interval expected (pass --interval or a variant name)")
     problems = [p for r in records for p in _lag_problems(r, exp)]
-    steady = _steady(records)
+    steady = _steady(records, exp)
     lags = sorted({int(s) for r in steady for s in (r.values.get("lag/steps/min", -1), r.values.get("lag/steps/max", -1))})
     detail = (f"interval {exp.interval}, prefetch {exp.prefetch}: {len(records)} steps"
               + (f", steady-state lag in steps {lags[0]}..{lags[-1]}" if lags else ""))

@@ -60,6 +60,10 @@ class LagConfig:
             raise LagConfigError("lag.mode", self.mode, f"must be one of {'|'.join(MODES)}")
         if self.over_bound not in OVER_BOUND:
             raise LagConfigError("lag.over_bound", self.over_bound, f"must be one of {'|'.join(OVER_BOUND)}")
+        if self.over_bound != "wait" and self.mode != "bounded":
+            raise LagConfigError(
+                "lag.over_bound", self.over_bound, f"applies only to lag.mode=bounded (mode is {self.mode!r})"
+            )
         if self.mode == "bounded":
             if not _is_int(self.max_lag) or self.max_lag < 0:
                 raise LagConfigError("lag.max_lag", self.max_lag, "must be an integer >= 0 when lag.mode=bounded")
@@ -82,8 +86,18 @@ class LagConfig:
             )
         if not _is_int(self.batch_size) or self.batch_size < 1:
             raise LagConfigError("lag.batch_size", self.batch_size, "must be an integer >= 1")
-        if self.max_outstanding is not None and (not _is_int(self.max_outstanding) or self.max_outstanding < 1):
-            raise LagConfigError("lag.max_outstanding", self.max_outstanding, "must be an integer >= 1 or null")
+        if self.max_outstanding is not None:
+            if self.mode != "off":
+                raise LagConfigError(
+                    "lag.max_outstanding", self.max_outstanding, f"applies only to lag.mode=off (mode is {self.mode!r})"
+                )
+            if not _is_int(self.max_outstanding) or self.max_outstanding < self.batch_size:
+                raise LagConfigError(
+                    "lag.max_outstanding",
+                    self.max_outstanding,
+                    f"must be an integer >= lag.batch_size={self.batch_size} or null (fewer samples in flight than "
+                    "one step consumes would never complete a step)",
+                )
         edges = tuple(self.hist_edges) if isinstance(self.hist_edges, (list, tuple)) else None
         if (
             not edges

@@ -146,12 +146,14 @@ class LagController:
         if chosen is None:
             return None
         scheduled = self._scheduled_pair(self.steps_done + 1)
+        for group in chosen:  # checked before anything is removed: a failed take loses no sample
+            lag = sample_lag(self.version, self._samples[group.uid].span)
+            if over_bound(self.cfg, lag):
+                raise AssertionError(f"sample {group.uid} has lag {lag} > lag.max_lag={self.cfg.max_lag}")
         batch = []
         for group in chosen:
             item = self._samples.pop(group.uid)
             lag = sample_lag(self.version, item.span)
-            if over_bound(self.cfg, lag):
-                raise AssertionError(f"sample {group.uid} has lag {lag} > lag.max_lag={self.cfg.max_lag}")
             lag_steps = lag_in_steps(self.steps_done, item.span, self.cfg.sync_every)
             self.metrics.record_consumed(lag, lag_steps, scheduled, item.response_tokens)
             batch.append(ConsumedSample(group.uid, item.payload, item.span, lag, lag_steps))
@@ -194,8 +196,7 @@ class LagController:
 
     def pop_metrics(self) -> dict[str, float]:
         """Metrics of the step just completed (same keys every step); resets the per-step counters."""
-        scheduled = self._scheduled_pair(self.steps_done) if self.steps_done >= 1 else None
-        return self.metrics.flush(self.version, self.steps_done, scheduled)
+        return self.metrics.flush(self.version, self.steps_done)
 
     def stats(self) -> dict[str, int]:
         """Counts for monitoring: opened and not consumed, of which ready (submitted), and the id counter."""

@@ -6,8 +6,9 @@ Keys (all under ``lag/``): ``min``, ``mean``, ``max`` (lag in versions of the sa
 (cumulative), ``consumed_len_mean`` and ``dropped_len_mean`` (mean response length, in tokens, of the samples
 consumed and of those dropped or regenerated for staleness this step; 0.0 when none or not reported),
 ``consumer_idle_s``, ``producer_idle_s`` (when tracked), ``version``, ``trainer_step``,
-and in interval mode ``scheduled``, ``scheduled_steps`` and ``off_schedule`` (samples whose lag differs
-from the schedule).
+and in interval mode ``scheduled/min|mean|max`` and ``scheduled_steps/min|mean|max`` (the schedule's lag of
+the samples consumed this step, in versions and in trainer steps) and ``off_schedule`` (samples whose lag
+differs from the schedule).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class LagMetrics:
         self.consumed_tokens = 0
         self.stale_tokens = 0
         self.off_schedule = 0
+        self.scheduled: list[int] = []
+        self.scheduled_steps: list[int] = []
         self.consumer_idle_s = 0.0
         self.producer_idle_s = 0.0
 
@@ -75,8 +78,11 @@ class LagMetrics:
         self.lags.append(lag)
         self.lag_steps.append(lag_steps)
         self.hist[hist_bin_index(self.hist_edges, lag)] += 1
-        if scheduled is not None and (lag, lag_steps) != tuple(scheduled):
-            self.off_schedule += 1
+        if scheduled is not None:
+            self.scheduled.append(scheduled[0])
+            self.scheduled_steps.append(scheduled[1])
+            if (lag, lag_steps) != tuple(scheduled):
+                self.off_schedule += 1
 
     def record_dropped(self, n: int = 1, response_tokens: int = 0) -> None:
         """``n`` samples (``response_tokens`` in all) discarded for staleness."""
@@ -105,7 +111,7 @@ class LagMetrics:
             return 0.0, 0.0, 0.0
         return float(min(values)), sum(values) / len(values), float(max(values))
 
-    def flush(self, version: int, trainer_step: int, scheduled: tuple[int, int] | None = None) -> dict[str, float]:
+    def flush(self, version: int, trainer_step: int) -> dict[str, float]:
         """This step's metrics (keys fixed by the constructor's arguments); resets the per-step counters."""
         p = self.prefix
         lo, mean, hi = self._stats(self.lags)
@@ -136,9 +142,8 @@ class LagMetrics:
         if self.track_producer_idle:
             out[f"{p}producer_idle_s"] = self.producer_idle_s
         if self.interval_schedule:
-            sched = scheduled if scheduled is not None else (0, 0)
-            out[f"{p}scheduled"] = float(sched[0])
-            out[f"{p}scheduled_steps"] = float(sched[1])
+            for name, values in (("scheduled", self.scheduled), ("scheduled_steps", self.scheduled_steps)):
+                out.update(zip((f"{p}{name}/min", f"{p}{name}/mean", f"{p}{name}/max"), self._stats(values)))
             out[f"{p}off_schedule"] = float(self.off_schedule)
         self._reset_step()
         return out

@@ -25,18 +25,17 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync, _accumulate_eviction_metrics
 from verl.utils.skip import SkipManager
 
 from sat_ext.lag.batches import GroupState, next_batch, over_bound, waits_for_stragglers
-from sat_ext.lag.config import LagConfig, check_compatible
 from sat_ext.lag.metrics import LagMetrics
 from sat_ext.lag.schedule import scheduled_lag
 from sat_ext.lag.versions import VersionSpan, lag_in_steps, sample_lag
 
-from .lag_overrides import FILTER_KEY, verl_engine_settings
+from .lag_overrides import check_verl_lag, lag_from_sampler_kwargs
 
 
 class SATLagReplayBuffer(ReplayBufferAsync):
@@ -51,12 +50,8 @@ class SATLagReplayBuffer(ReplayBufferAsync):
         sampler_kwargs: DictConfig,
         **kwargs,
     ):
-        is_dict_config = isinstance(sampler_kwargs, DictConfig)
-        block = OmegaConf.to_container(sampler_kwargs) if is_dict_config else dict(sampler_kwargs)
-        filter_metric = block.pop(FILTER_KEY, None)
-        self.lag = LagConfig.from_dict(block)
-        engine = verl_engine_settings(trainer_mode, trainer_config)
-        check_compatible(self.lag, engine)
+        self.lag, filter_metric = lag_from_sampler_kwargs(sampler_kwargs)
+        engine = check_verl_lag(self.lag, trainer_mode, trainer_config)
         super().__init__(
             trainer_mode=trainer_mode,
             trainer_config=trainer_config,
@@ -193,5 +188,5 @@ class SATLagReplayBuffer(ReplayBufferAsync):
         batch = self._materialize_batch(partition_id, selected, snapshot)
         if local == self.sync_every - 1:
             metrics = dict(metrics)
-            metrics.update(self.lag_metrics.flush(global_steps - 1, steps_done + 1, scheduled))
+            metrics.update(self.lag_metrics.flush(global_steps - 1, steps_done + 1))
         return batch, metrics

@@ -16,18 +16,40 @@ Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOT
 
 from __future__ import annotations
 
+import logging
 import math
 from contextlib import contextmanager
 
+import ray
 import transfer_queue as tq
 from omegaconf import DictConfig, open_dict
+from verl.trainer.ppo.v1 import trainer_separate_async
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+from verl.trainer.ppo.utils import Role
 from verl.utils.debug import marked_timer
 
 from sat_ext.lag.config import LagConfig
 
+from .kept_weights import KeptWeightsWorker
 from .lag_overrides import BASE_MODE, TRAINER_MODE, check_verl_config, uses_bypass
+
+logger = logging.getLogger(__name__)
+
+class _FlushTolerantLogger(logging.LoggerAdapter):
+    """verl 0.9.1 calls ``logger.info(..., flush=True)`` in ``PPOTrainerSeparateAsync._setup`` whenever
+    ``actor_rollout_ref.hybrid_engine=false`` (trainer_separate_async.py:181), and its module logger logs INFO by
+    default: ``TypeError: Logger._log() got an unexpected keyword argument 'flush'`` in ``trainer.init()``. This
+    adapter drops ``flush``; it wraps that module's logger when this module is imported."""
+
+    def process(self, msg, kwargs):
+        kwargs.pop("flush", None)
+        return msg, kwargs
+
+
+if not isinstance(trainer_separate_async.logger, _FlushTolerantLogger):
+    trainer_separate_async.logger = _FlushTolerantLogger(trainer_separate_async.logger, {})
+
 
 def kept_versions(cfg: LagConfig, current: int) -> range:
     """Versions whose weights a batch trained while the trainer is at ``current`` can come from.
@@ -41,11 +63,12 @@ def kept_versions(cfg: LagConfig, current: int) -> range:
 class BroadcastWeights:
     """CPU copies of the weights of recent broadcasts on the actor workers, for the paper's denominator.
 
-    ``workers`` is verl's actor worker group with ``DetachActorWorker``'s ``save_model_to_cpu(key)``,
-    ``restore_model_from_cpu(key)`` and ``clear_cpu_model(key)`` (what verl's separate_async uses for its
-    one copy). At the start of each broadcast window the current weights (the ones just broadcast) are saved
-    and copies no longer needed are freed (:func:`kept_versions`); :meth:`weights_of` runs a computation on
-    the weights of a given broadcast and puts the live weights back afterwards.
+    ``workers`` is verl's actor worker group, built from :class:`sat_ext.verl.kept_weights.KeptWeightsWorker`
+    (``save_model_to_cpu(key)``, ``restore_model_from_cpu(key)``, ``clear_cpu_model(key)``,
+    ``weights_fingerprint()``). At the start of each broadcast window the current weights (the ones just
+    broadcast) are saved and copies no longer needed are freed (:func:`kept_versions`); :meth:`weights_of` runs
+    a computation on the weights of a given broadcast, checks that the restore really changed the weights, and
+    puts the live weights back afterwards.
     """
 
     LIVE = "sat_ext_live"
@@ -67,8 +90,15 @@ class BroadcastWeights:
         self.kept = (self.kept & wanted) | {current}
 
     @contextmanager
-    def weights_of(self, workers, version: int, live_is_version: bool):
-        """Run the body on the weights of broadcast ``version`` (``live_is_version``: they are the live ones)."""
+    def weights_of(self, workers, version: int, live_is_version: bool, metrics: dict):
+        """Run the body on the weights of broadcast ``version`` (``live_is_version``: they are the live ones).
+
+        Adds ``lag/kept_weights_restored`` (1: the body ran on kept weights restored from CPU) and
+        ``lag/kept_weights_identical`` (1: that restore left every rank's weights bit-identical to the live
+        ones, so the ratio's denominator is the live policy: a kept copy aliases the parameters).
+        """
+        metrics["lag/kept_weights_restored"] = 0.0 if live_is_version else 1.0
+        metrics["lag/kept_weights_identical"] = 0.0
         if live_is_version:
             yield
             return
@@ -76,9 +106,17 @@ class BroadcastWeights:
             raise RuntimeError(
                 f"the weights of version {version} that generated this batch were not kept (kept: {sorted(self.kept)})"
             )
+        live = workers.weights_fingerprint()
         workers.save_model_to_cpu(self.LIVE)
         workers.restore_model_from_cpu(self.key(version))
         try:
+            if workers.weights_fingerprint() == live:
+                metrics["lag/kept_weights_identical"] = 1.0
+                logger.warning(
+                    "sat_ext: restoring the kept weights of version %d left the actor's weights identical to the live "
+                    "ones: the ratio's denominator is the live policy (r == 1), not the generating checkpoint",
+                    version,
+                )
             yield
         finally:
             workers.restore_model_from_cpu(self.LIVE)
@@ -129,18 +167,24 @@ class SATSeparateAsyncTrainer(PPOTrainerSeparateAsync):
                     tq.kv_put(key=key, partition_id=partition_id, tag={"status": "pending"})
         return super()._reissue_inflight_prompts(partition_id)
 
-    def denominator_weights(self, batch):
+    def _init_resource_pool_mgr(self):
+        super()._init_resource_pool_mgr()  # verl maps the actor role to DetachActorWorker
+        for role in (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef):
+            if role in self.role_worker_mapping:
+                self.role_worker_mapping[role] = ray.remote(KeptWeightsWorker)
+
+    def denominator_weights(self, batch, metrics: dict):
         """A context in which the actor holds the weights of the broadcast that generated ``batch``."""
         current = self.global_steps - 1  # verl broadcast after global step t-1: the trainer holds version t-1
         if self.local_trigger_step == 0:
             self.broadcast_weights.window_start(self.actor_rollout_wg, current)
         version = batch_version(batch.tags)
         live = self.local_trigger_step == 0 and version == current
-        return self.broadcast_weights.weights_of(self.actor_rollout_wg, version, live_is_version=live)
+        return self.broadcast_weights.weights_of(self.actor_rollout_wg, version, live_is_version=live, metrics=metrics)
 
     def _compute_old_log_prob(self, batch, metrics: dict):
         compute = super(PPOTrainerSeparateAsync, self)._compute_old_log_prob  # verl's, on the current weights
         if self.bypass:
             return compute(batch, metrics)
-        with self.denominator_weights(batch):
+        with self.denominator_weights(batch, metrics):
             return compute(batch, metrics)

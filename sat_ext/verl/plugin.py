@@ -1,7 +1,8 @@
 """The ``verl.plugins`` entry point: registers ``sat`` and ``sat_gspo`` when verl is imported, loudly.
 
-verl catches plugin exceptions and logs them at DEBUG (invisible by default), so a failure here is first
-written to stderr with its traceback, then re-raised. ``sat-ext doctor`` checks the result.
+With ``SAT_EXT_VERL_CPU=1`` in the environment it also installs the CPU setup (:mod:`sat_ext.verl.cpu`) in this
+process. verl catches plugin exceptions and logs them at DEBUG (invisible by default), so a failure here is
+first written to stderr with its traceback, then re-raised. ``sat-ext doctor`` checks the result.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ try:
     _missing = [n for n in LOSS_NAMES if n not in POLICY_LOSS_REGISTRY]
     if _missing:
         raise RuntimeError(f"sat_ext: losses {_missing} are not in verl's POLICY_LOSS_REGISTRY after import")
+    from sat_ext.verl import cpu as _cpu
+
+    if _cpu.requested():
+        _cpu.activate()
 except Exception:
     sys.stderr.write(
         "sat_ext: FAILED to register the SAT policy losses with verl (verl hides plugin errors at DEBUG).\n"

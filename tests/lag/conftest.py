@@ -11,6 +11,6 @@ def ray_session():
     if ray.is_initialized():  # another package left its session up: share it, leave it to its owner
         yield ray
         return
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never join another
     yield ray
     ray.shutdown()

@@ -34,7 +34,20 @@ from sat_ext.lag import EngineSettings, LagConfig, LagConfigError, check_compati
         ),
         ({"mode": "interval", "interval": 2, "prefetch": -1}, "lag.prefetch must be an integer >= 0, got -1"),
         ({"batch_size": 0}, "lag.batch_size must be an integer >= 1, got 0"),
-        ({"max_outstanding": 0}, "lag.max_outstanding must be an integer >= 1 or null, got 0"),
+        (
+            {"batch_size": 4, "max_outstanding": 3},
+            "lag.max_outstanding must be an integer >= lag.batch_size=4 or null (fewer samples in flight than one "
+            "step consumes would never complete a step), got 3",
+        ),
+        (
+            {"mode": "bounded", "max_lag": 1, "max_outstanding": 8},
+            "lag.max_outstanding applies only to lag.mode=off (mode is 'bounded'), got 8",
+        ),
+        (
+            {"mode": "interval", "interval": 2, "over_bound": "drop"},
+            "lag.over_bound applies only to lag.mode=bounded (mode is 'interval'), got 'drop'",
+        ),
+        ({"over_bound": "regenerate"}, "lag.over_bound applies only to lag.mode=bounded (mode is 'off'), got 'regenerate'"),
         (
             {"hist_edges": [1, 2]},
             "lag.hist_edges must be a non-empty, strictly increasing list of integers from 0, got (1, 2)",

@@ -49,7 +49,9 @@ def test_bounded_overrides_compose(config_name, over_bound):
     assert cfg.trainer.use_v1 is True and v1.trainer_mode == TRAINER_MODE
     assert (v1.sampler.custom_sampler.path, v1.sampler.custom_sampler.name) == (SAMPLER_PATH, SAMPLER_NAME)
     assert v1.sampler.max_off_policy_threshold is None  # the sampler's exact rule replaces verl's span rule
-    assert v1.separate_async.parameter_sync_step == 1 and v1.separate_async.num_warmup_batches == 1
+    # the rollout may run max_lag batches ahead; first in, first out (wait) then never exceeds the bound
+    assert v1.separate_async.parameter_sync_step == 1 and v1.separate_async.num_warmup_batches == 8
+    assert cfg.data.gen_batch_size == 1  # what verl's async trainers force: single-group refills
     assert cfg.actor_rollout_ref.hybrid_engine is False
     assert cfg.algorithm.rollout_correction.bypass_mode is True  # a bounded batch mixes versions
     # verl's separate_async asserts train_batch_size == parameter_sync_step * ppo_mini_batch_size
@@ -157,6 +159,31 @@ def test_translation_errors(block, kwargs, message):
             ["algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=false"],
             "actor_rollout_ref.rollout.calculate_log_probs",
         ),
+        (  # several optimizer steps per batch: the schedule counts one
+            {"mode": "interval", "interval": 2, "prefetch": 1},
+            ["actor_rollout_ref.actor.ppo_epochs=2"],
+            "actor_rollout_ref.actor.ppo_epochs",
+        ),
+        (  # verl's own keys disagree with the lag block: caught before Ray starts, not in the sampler
+            {"mode": "interval", "interval": 8, "prefetch": 1},
+            ["trainer.v1.separate_async.parameter_sync_step=4"],
+            "trainer.v1.separate_async.parameter_sync_step",
+        ),
+        (
+            {"mode": "interval", "interval": 2, "prefetch": 1},
+            ["trainer.v1.separate_async.num_warmup_batches=1"],
+            "trainer.v1.separate_async.num_warmup_batches",
+        ),
+        (  # a sampler block written by hand, not by verl_overrides
+            {"mode": "bounded", "max_lag": 1},
+            ["trainer.v1.sampler.sampler_kwargs.over_bound=regenerate"],
+            "lag.over_bound",
+        ),
+        (
+            {"mode": "interval", "interval": 2, "prefetch": 1},
+            ["+trainer.v1.sampler.sampler_kwargs.over_bound=drop"],
+            "lag.over_bound",
+        ),
     ],
 )
 def test_whole_config_checks_name_the_key(lag, extra, key):
@@ -174,3 +201,16 @@ def test_filter_groups_is_forwarded_in_bounded_mode():
 
 def test_a_plain_verl_config_is_not_checked():
     assert check_verl_config(_compose("ppo_trainer", [])) == {}
+
+
+def test_the_sampler_refuses_what_verl_cannot_deliver_when_built_directly():
+    from sat_ext.verl.lag_sampler import SATLagReplayBuffer
+
+    with pytest.raises(LagConfigError, match=r"^lag\.over_bound is not available on verl"):
+        SATLagReplayBuffer(
+            trainer_mode=TRAINER_MODE,
+            trainer_config={"parameter_sync_step": 1, "num_warmup_batches": 1},
+            max_off_policy_threshold=None,
+            max_off_policy_strategy="drop",
+            sampler_kwargs={"mode": "bounded", "max_lag": 1, "over_bound": "regenerate"},
+        )

@@ -212,12 +212,63 @@ def test_wait_mode_takes_the_oldest_submission_even_when_later_ones_finished(cle
     assert straggler in taken and len(taken) == 2 and metrics["lag/max"] == 1.0 and metrics["lag/dropped"] == 0.0
 
 
+@pytest.fixture(scope="module")
+def tiny_assets(tmp_path_factory):
+    """The smoke run's tiny model, tokenizer and prompt files: what verl's _init_dataloader needs."""
+    from sat_ext.smoke.assets import prompt_rows, write_data, write_model
+
+    root = tmp_path_factory.mktemp("assets")
+    write_model(root / "model")
+    write_data(root / "train.parquet", prompt_rows(64))
+    write_data(root / "val.parquet", prompt_rows(4, seed=1))
+    return [f"actor_rollout_ref.model.path={root / 'model'}", f"data.train_files={root / 'train.parquet'}",
+            f"data.val_files={root / 'val.parquet'}", "data.max_prompt_length=32", "data.dataloader_num_workers=0"]
+
+
+def _warmup_and_refill(lag: LagConfig, batch_size: int, assets: list[str], extra: list[str] = ()) -> tuple[list, int]:
+    """verl's own trainer, tokenizer and dataloader set-up, then its ``on_train_begin`` (the warm-up) and one
+    refill of a single evicted group, with the prompts they would dispatch counted instead of generated."""
+    trainer = get_trainer_cls(TRAINER_MODE)(_compose(verl_overrides(lag, batch_size) + assets + list(extra)))
+    trainer._init_tokenizer()
+    trainer._init_dataloader()
+    trainer.global_steps, trainer._restored_tq_prompt_count = 1, 0
+    submitted = []
+    trainer._submit_batch_to_rollout = lambda batch: submitted.append(len(batch)) or len(batch)
+    trainer.on_train_begin()
+    warmup = list(submitted)
+    return warmup, trainer._add_prompts_to_generate(1)
+
+
+@pytest.mark.parametrize("lag", [LagConfig(mode="interval", interval=n, prefetch=1) for n in (1, 2, 8)]
+                         + [LagConfig(mode="bounded", max_lag=L) for L in (1, 4)], ids=str)
+def test_verl_submits_the_prefetch_the_lag_block_asks_for_and_refills_one_group(transfer_queue, tiny_assets, lag):
+    """The warm-up verl's own on_train_begin submits is lag.prefetch batches (interval) or max_lag batches
+    (bounded) whatever data.gen_batch_size the user set: its async trainers force it to 1 in _init_dataloader,
+    so a single failed or dropped group can be refilled (with gen_batch_size = train_batch_size, verl would
+    submit no warm-up at all for n >= 2 and refuse a one-group refill)."""
+    warmup, refilled = _warmup_and_refill(lag, 4, tiny_assets, ["data.gen_batch_size=32"])
+    ahead = lag.prefetch if lag.mode == "interval" else lag.max_lag
+    assert sum(warmup) == ahead * 4 and refilled == 1
+
+
+def _verl_warmup(lag: LagConfig, batch_size: int) -> int:
+    """What verl's own ``_add_async_warmup_batches`` submits for the overrides of ``lag`` (gen_batch_size 1)."""
+    from types import SimpleNamespace
+
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    cfg, sent = _compose(verl_overrides(lag, batch_size)), []
+    fake = SimpleNamespace(config=cfg, _restored_tq_prompt_count=0, _add_prompts_to_generate=sent.append)
+    PPOTrainer._add_async_warmup_batches(fake, cfg.trainer.v1.separate_async.num_warmup_batches)
+    return sum(sent)
+
+
 def _run(lag: LagConfig, batch_size: int, global_steps: int, seed: int, fail_rate: float = 0.0, slots: int = 3):
     sampler = _sampler(lag, batch_size=batch_size)
     rollout = Rollout.remote(slots=slots, n=2, seed=seed, median_s=0.004, sigma=1.5, fail_rate=fail_rate,
                              straggler_every=7)
     try:
-        warmup = lag.prefetch * batch_size if lag.mode == "interval" else min(lag.max_lag, 1) * batch_size
+        warmup = _verl_warmup(lag, batch_size)
         return drive(sampler, rollout, global_steps, lag.sync_every, batch_size, warmup, drain=lag.mode == "interval")
     finally:
         ray.get(rollout.close.remote())
@@ -263,30 +314,42 @@ def test_bounded_mode_never_trains_over_the_bound(clean_partition, over_bound):
 
 
 class _ActorWorkers:
-    """The three calls of verl's DetachActorWorker that BroadcastWeights makes, on a model whose weights are
-    the number of optimizer updates applied (the GPU model is the boundary; verl's own semantics: restoring
-    a key that was never saved leaves the weights as they are)."""
+    """The calls of sat_ext's KeptWeightsWorker that BroadcastWeights makes, on a model whose weights are the
+    number of optimizer updates applied (the real worker's copies are tested in tests/verl/test_kept_weights.py,
+    the live loop by the smoke run). ``alias=True`` keeps every save as the live weights, as verl's FSDP2 save does
+    for parameters already on the CPU."""
 
-    def __init__(self):
-        self.weights, self.saved = 0, {}
+    def __init__(self, alias: bool = False):
+        self.weights, self.saved, self.alias = 0, {}, alias
 
     def save_model_to_cpu(self, key):
-        self.saved[key] = self.weights
+        self.saved[key] = None if self.alias else self.weights
 
     def restore_model_from_cpu(self, key):
-        if key in self.saved:
+        if key not in self.saved:
+            raise KeyError(key)
+        if not self.alias:
             self.weights = self.saved[key]
 
     def clear_cpu_model(self, key):
         self.saved.pop(key, None)
+
+    def weights_fingerprint(self):
+        return [(float(self.weights), 0.0)]
+
+
+def _batch(version: int):
+    from transfer_queue import KVBatchMeta
+
+    tags = [{"min_global_steps": version, "max_global_steps": version}] * 4
+    tags.append({"min_global_steps": version, "max_global_steps": version + 1, "is_padding": True})
+    return KVBatchMeta(partition_id="train", keys=list("abcde"), tags=tags)
 
 
 @pytest.mark.parametrize("interval,prefetch", [(1, 1), (8, 1), (4, 0), (2, 3)])
 def test_every_batch_gets_the_weights_of_the_broadcast_that_generated_it(transfer_queue, interval, prefetch):
     """The real trainer's denominator_weights (what its _compute_old_log_prob runs verl's recompute inside),
     with verl's own counters set as its fit loop sets them, over every batch of 7 global steps."""
-    from transfer_queue import KVBatchMeta
-
     lag = LagConfig(mode="interval", interval=interval, prefetch=prefetch)
     trainer = get_trainer_cls(TRAINER_MODE)(_compose(verl_overrides(lag, train_batch_size=2)))
     workers = trainer.actor_rollout_wg = _ActorWorkers()
@@ -296,14 +359,31 @@ def test_every_batch_gets_the_weights_of_the_broadcast_that_generated_it(transfe
         for local in range(interval):
             trainer.local_trigger_step = local
             version = scheduled_version((t - 1) * interval + local + 1, interval, prefetch)
-            tags = [{"min_global_steps": version, "max_global_steps": version}] * 4
-            tags.append({"min_global_steps": version, "max_global_steps": version + 1, "is_padding": True})
-            live = workers.weights
-            with trainer.denominator_weights(KVBatchMeta(partition_id="train", keys=list("abcde"), tags=tags)):
+            live, metrics = workers.weights, {}
+            with trainer.denominator_weights(_batch(version), metrics):
                 assert workers.weights == version * interval  # the denominator's weights
             assert workers.weights == live  # the live weights are back for the update
+            restored = float(version * interval != live)
+            assert metrics == {"lag/kept_weights_restored": restored, "lag/kept_weights_identical": 0.0}
             workers.weights += 1  # the optimizer step
         assert len(workers.saved) <= 1 + -(-prefetch // interval)  # kept_versions' copies, no leftover live copy
+
+
+def test_kept_weights_that_alias_the_live_ones_are_reported(transfer_queue):
+    """A save that aliases the parameters (verl's FSDP2 save of CPU-resident shards) makes every restore a no-op:
+    the trainer reports it in lag/kept_weights_identical instead of training with r == 1 unnoticed."""
+    lag = LagConfig(mode="interval", interval=1, prefetch=1)
+    trainer = get_trainer_cls(TRAINER_MODE)(_compose(verl_overrides(lag, train_batch_size=2)))
+    workers = trainer.actor_rollout_wg = _ActorWorkers(alias=True)
+    trainer.local_trigger_step = 0
+    seen = []
+    for t in range(1, 4):  # batch t was generated by version t - 2 (t = 1: the warm-up batch, version 0)
+        trainer.global_steps, metrics = t, {}
+        with trainer.denominator_weights(_batch(max(0, t - 2)), metrics):
+            pass
+        seen.append((metrics["lag/kept_weights_restored"], metrics["lag/kept_weights_identical"]))
+        workers.weights += 1
+    assert seen == [(0.0, 0.0), (1.0, 1.0), (1.0, 1.0)]
 
 
 def test_resume_regenerates_finished_untrained_groups_in_interval_mode(clean_partition):

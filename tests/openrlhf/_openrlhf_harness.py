@@ -270,7 +270,7 @@ def run_ray(classes):
     actor_cls = classes["sat"][1]
     runs = {"ppo": classes["ppo"][0], "sat": classes["sat"][0], "sat_gspo": classes["sat_gspo"][0]}
     ray.init(
-        num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
+        address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
         runtime_env={"env_vars": {"PYTHONPATH": HERE}, "worker_process_setup_hook": "_openrlhf_stubs.install"},
     )
     try:

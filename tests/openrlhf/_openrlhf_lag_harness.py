@@ -525,7 +525,7 @@ def main(out_path):
     importer.start()
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": HERE, "HF_DATASETS_CACHE": os.environ["HF_DATASETS_CACHE"]},
                           "worker_process_setup_hook": "_openrlhf_lag_harness.worker_setup"})
     timings["ray_init"] = time.time() - t0

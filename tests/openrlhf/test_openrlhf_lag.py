@@ -133,7 +133,7 @@ def test_sat_and_a_lag_mode_combine(cli):
     ("max_lag_without_mode", "--lag.max_lag applies only to --lag.mode=bounded (mode is 'off'), got 2"),
     ("bad_interval", "--lag.interval must be an integer >= 1 when --lag.mode=interval, got 0"),
     ("interval_with_max_lag", "--lag.max_lag applies only to --lag.mode=bounded (mode is 'interval'), got 1"),
-    ("over_bound_in_interval", "--lag.over_bound applies only to --lag.mode bounded (mode is 'interval'), got 'drop'"),
+    ("over_bound_in_interval", "--lag.over_bound applies only to --lag.mode=bounded (mode is 'interval'), got 'drop'"),
     ("bad_hist_edges", "--lag.hist_edges must be a non-empty, strictly increasing list of integers from 0"),
     ("bounded_without_async", "--lag.mode bounded needs --train.async_enable"),
     ("interval_without_async", "--lag.mode interval needs --train.async_enable"),

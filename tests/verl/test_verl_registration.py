@@ -75,7 +75,7 @@ def ray_session():
     env = {k: v for k, v in os.environ.items() if k.startswith("VERL_USE_EXTERNAL")}
     for k in env:
         os.environ.pop(k)
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False,
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False,
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     try:
         yield ray, _verl_ray_tasks

@@ -204,9 +204,8 @@ def lag_actor_classes() -> SimpleNamespace:
             else:  # every group was over the bound: nothing to train on, no broadcast, the step does not count
                 status, new_step = {}, global_step
             self.lag_metrics.add_producer_idle(ray.get(self.lag_clock.pop_producer_idle.remote()))
-            scheduled = scheduled_lag(step, cfg.interval, cfg.prefetch) if cfg.mode == "interval" else None
             new_version = version + 1 if self._lag_synced else version
-            status.update(self.lag_metrics.flush(new_version, new_step, scheduled))
+            status.update(self.lag_metrics.flush(new_version, new_step))
             status["lag/broadcast"] = float(self._lag_synced)
             return status, new_step
 

@@ -74,9 +74,6 @@ def lag_config(args: SimpleNamespace) -> LagConfig | None:
         cfg = LagConfig(**values)
     except LagConfigError as e:
         raise ValueError(_flag_names(str(e))) from e
-    if "over_bound" in options and cfg.mode != "bounded":
-        raise ValueError(f"--lag.over_bound applies only to --lag.mode bounded (mode is {cfg.mode!r}), "
-                         f"got {options['over_bound']!r}")
     return cfg
 
 

@@ -1,0 +1,102 @@
+"""The smoke runs' model and data, built offline in seconds: a tiny random Qwen3, a character tokenizer with a
+chat template, and a parquet prompt set whose reward varies within a group.
+
+The tokenizer has exactly as many tokens as the model's vocabulary: vLLM masks logits past the tokenizer's
+length and the trainer does not, so a padded head would shift the rollout's log-probs against the trainer's.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+SPECIAL = ("<pad>", "<|im_start|>", "<|im_end|>")
+CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 \n+=?.,:"
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+DATA_SOURCE = "sat_ext_smoke"
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    """The random model's shape (head_dim 32: vLLM's CPU attention refuses 16)."""
+
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    head_dim: int = 32
+    max_position_embeddings: int = 256
+    seed: int = 0
+
+
+def vocabulary() -> list[str]:
+    """Special tokens, then one token per character."""
+    return list(SPECIAL) + list(CHARS)
+
+
+def write_model(folder: Path, shape: TinyModel = TinyModel()) -> Path:
+    """A random Qwen3 causal LM and its tokenizer under ``folder`` (Hugging Face layout); returns ``folder``."""
+    import torch
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {token: i for i, token in enumerate(vocabulary())}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("<\\|im_(?:start|end)\\|>|."), behavior="isolated")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>", bos_token=None, unk_token="<pad>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+
+    config = Qwen3Config(
+        vocab_size=len(vocab), hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers, num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads, head_dim=shape.head_dim,
+        max_position_embeddings=shape.max_position_embeddings, tie_word_embeddings=False,
+        pad_token_id=vocab["<pad>"], eos_token_id=vocab["<|im_end|>"], bos_token_id=vocab["<|im_start|>"],
+        torch_dtype="float32",
+    )
+    torch.manual_seed(shape.seed)
+    Qwen3ForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": vocab["<|im_end|>"]}))
+    return folder
+
+
+def prompt_rows(count: int, seed: int = 0, agent_names: dict[int, str] | None = None) -> list[dict]:
+    """``count`` addition prompts in verl's RL data layout; ``agent_names`` maps a row index to an agent loop."""
+    rng = random.Random(seed)
+    rows = []
+    for index in range(count):
+        a, b = rng.randint(0, 49), rng.randint(0, 49)
+        row = {
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": f"{a}+{b}="}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+            "extra_info": {"index": index},
+        }
+        if agent_names and index in agent_names:
+            row["agent_name"] = agent_names[index]
+        rows.append(row)
+    if agent_names:  # every row needs the column once one row has it
+        for row in rows:
+            row.setdefault("agent_name", "single_turn_agent")
+    return rows
+
+
+def write_data(path: Path, rows: list[dict]) -> Path:
+    """``rows`` as a parquet file (pandas + pyarrow, both verl dependencies)."""
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path)
+    return path

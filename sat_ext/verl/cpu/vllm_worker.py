@@ -1,0 +1,30 @@
+"""vLLM worker extension for verl on vLLM's CPU build: weight updates through vLLM's own reload path.
+
+verl's :class:`vLLMColocateWorkerExtension` loads each received bucket with ``model.load_weights``, which
+fails on vLLM 0.31's CPU build once its kernels have repacked the linear and MoE weights at load time
+(``'Parameter' object has no attribute 'weight_loader'``). This subclass loads the buckets with
+``model_runner.reload_weights`` instead (which redoes the weight processing) and then redoes the CPU
+fused-MoE prepack that a reload skips (without it MoE outputs drift by ~1e-2). The received tensors are copied
+first: they are views into verl's shared-memory bucket, which verl closes after the last bucket.
+Selected with ``actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls`` (a public key).
+"""
+
+from __future__ import annotations
+
+import torch
+from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
+
+
+
+class CPUWorkerExtension(vLLMColocateWorkerExtension):
+    """verl's extension with :meth:`_update_weights` replaced for the CPU build (module doc)."""
+
+    def _update_weights(self, weights: list[tuple[str, torch.Tensor]], peft_config: dict, base_sync_done: bool):
+        if peft_config:
+            raise NotImplementedError("sat_ext's CPU setup does not sync LoRA adapters")
+        state = [(name, tensor.detach().clone()) for name, tensor in weights]
+        self.model_runner.reload_weights(weights_iterator=iter(state), is_checkpoint_format=True)
+        for module in self.model_runner.get_model().modules():
+            kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+            if kernel is not None and hasattr(module, "w13_weight"):
+                kernel.fused_experts.process_weights_after_loading(module)
