@@ -21,7 +21,7 @@ from sat_ext.runlog import CheckResult, Expectation, RunLogError, check_run, for
 from . import checks
 from .assets import prompt_rows, write_data, write_model
 from .runner import run
-from .verl_variants import VARIANTS, Paths, Variant, command, data_rows, write_agent_loops
+from .verl_variants import DEFAULT, VARIANTS, Paths, Variant, command, data_rows, write_agent_loops
 
 FRAMEWORKS = ("verl",)
 DEFAULT_STEPS = 4
@@ -32,8 +32,8 @@ RESULT = {True: "PASS", False: "FAIL", None: "SKIP"}
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sat-ext smoke", description=__doc__.split("\n\n")[0])
     p.add_argument("framework", choices=FRAMEWORKS)
-    p.add_argument("--variants", default=",".join(VARIANTS),
-                   help=f"comma-separated, from {', '.join(VARIANTS)} (default: all)")
+    p.add_argument("--variants", default=",".join(DEFAULT),
+                   help=f"comma-separated, from {', '.join(VARIANTS)} (default: {', '.join(DEFAULT)})")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="global steps per variant (default %(default)s)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: a new temporary folder)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",

@@ -10,6 +10,7 @@ global steps through verl 0.9.1's own trainer: ``sync-*`` through ``python -m ve
 | ``sync-sat`` / ``sync-sat_gspo`` | sat / sat_gspo | verl's V1 sync trainer, colocated rollout | rollout log-probs (bypass mode, App. E.6) |
 | ``interval1`` / ``interval2`` | sat | sat_ext's separate-async, lag interval 1 / 2, prefetch 1 | the generating checkpoint (Table 9) |
 | ``bounded1-wait`` / ``bounded1-drop`` | sat | sat_ext's separate-async, max lag 1 | rollout log-probs (bounded batches mix versions) |
+| ``interval8``, ``bounded4-wait`` (not in the default set) | sat | lag interval 8 (the paper's lag 8) / max lag 4 | as above |
 
 ``bounded1-drop`` gets one straggler prompt and one failing prompt (:mod:`sat_ext.smoke.verl_agent_loops`).
 """
@@ -54,8 +55,12 @@ VARIANTS: dict[str, Variant] = {
         Variant("interval2", "sat", {"mode": "interval", "interval": 2, "prefetch": 1}, "checkpoint"),
         Variant("bounded1-wait", "sat", {"mode": "bounded", "max_lag": 1, "over_bound": "wait"}),
         Variant("bounded1-drop", "sat", {"mode": "bounded", "max_lag": 1, "over_bound": "drop"}, forced_evictions=True),
+        # not run by default: the paper's lag 8, and a bound the rollout can run ahead to
+        Variant("interval8", "sat", {"mode": "interval", "interval": 8, "prefetch": 1}, "checkpoint"),
+        Variant("bounded4-wait", "sat", {"mode": "bounded", "max_lag": 4, "over_bound": "wait"}),
     )
 }
+DEFAULT = ("sync-sat", "sync-sat_gspo", "interval1", "interval2", "bounded1-wait", "bounded1-drop")
 
 
 @dataclass(frozen=True)

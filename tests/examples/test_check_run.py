@@ -98,7 +98,7 @@ def write_run(path: Path, variant: str, global_steps: int, interval: int, prefet
             for key, values in _loss_metrics(actor, lag, gen, drift, nan=t == nan_step).items():
                 step_metrics.setdefault(key, []).extend(values)
         data = reduce_metrics(step_metrics)
-        data.update(lag_metrics.flush(t - 1, t * interval, scheduled_lag(t * interval, interval, prefetch)))
+        data.update(lag_metrics.flush(t - 1, t * interval))
         logger.log(data, step=t)
     logger.finish()
     return path

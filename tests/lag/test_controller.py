@@ -282,3 +282,28 @@ def test_interval_simulation_follows_the_schedule(interval, prefetch):
     assert max(m["lag/steps/max"] for m in res.metrics) == max(
         scheduled_lag(s, interval, prefetch)[1] for s in range(1, 5 * interval + 4)
     )
+
+
+def test_a_take_that_raises_loses_no_sample():
+    """wait mode: a sample older than the bound is a bug that raises, and the batch stays where it was."""
+    ctl = LagController(LagConfig(mode="bounded", max_lag=0, batch_size=1))
+    claim = ctl.claim()
+    assert ctl.submit(claim, "payload", VersionSpan.at(claim.version))
+    ctl.complete_step()  # the trainer moves on without it (what a lost sample would look like)
+    ctl.record_sync()
+    with pytest.raises(AssertionError, match="lag 1 > lag.max_lag=0"):
+        ctl.take()
+    assert ctl.stats()["ready"] == 1 and ctl.pop_metrics()["lag/consumed"] == 0.0
+
+
+def test_schedule_metrics_cover_every_optimizer_step_of_the_logged_step():
+    from sat_ext.lag.metrics import LagMetrics
+
+    metrics = LagMetrics((0, 1, 2, 4), interval_schedule=True)
+    for lag_steps in (1, 2, 2):  # three batches of one logged step, e.g. verl's local updates
+        metrics.record_consumed(1, lag_steps, scheduled=(1, lag_steps))
+    out = metrics.flush(version=3, trainer_step=6)
+    assert (out["lag/scheduled_steps/min"], out["lag/scheduled_steps/mean"], out["lag/scheduled_steps/max"]) == (
+        1.0, 5 / 3, 2.0)
+    assert out["lag/scheduled/max"] == 1.0 and out["lag/off_schedule"] == 0.0
+    assert "lag/scheduled" not in out and "lag/scheduled_steps" not in out

@@ -249,7 +249,7 @@ def test_interval_mode_broadcasts_every_k_steps_and_follows_the_schedule(loops):
     assert run["engine_weights"] == steps // 3 and logs[-1]["lag/version"] == steps // 3
     for s, log in enumerate(logs, start=1):
         assert (log["lag/max"], log["lag/steps/min"], log["lag/steps/max"]) == (0, (s - 1) % 3, (s - 1) % 3)
-        assert (log["lag/scheduled"], log["lag/scheduled_steps"]) == scheduled_lag(s, 3, 0)
+        assert (log["lag/scheduled/max"], log["lag/scheduled_steps/max"]) == scheduled_lag(s, 3, 0)
         assert log["lag/off_schedule"] == 0
     for s, step in enumerate(run["trained"], start=1):
         assert {weights for _, weights, _ in step["samples"]} == {(s - 1) // 3}
@@ -284,7 +284,7 @@ def test_in_the_workers_interval_mode_keeps_its_schedule_through_evaluations(ray
     assert ray_run["max_steps"] == len(logs) == steps
     assert [e["step"] for e in ray_run["evals"]] == list(range(2, steps, 2))
     for s, log in enumerate(logs, start=1):
-        assert (log["lag/scheduled"], log["lag/scheduled_steps"]) == scheduled_lag(s, 2, 1)
+        assert (log["lag/scheduled/max"], log["lag/scheduled_steps/max"]) == scheduled_lag(s, 2, 1)
         assert (log["lag/max"], log["lag/steps/max"]) == scheduled_lag(s, 2, 1) and log["lag/off_schedule"] == 0
         assert log["lag/broadcast"] == float(s % 2 == 0)
     assert ray_run["engine_weights"] == steps // 2
