@@ -84,6 +84,9 @@ def test_every_patched_symbol_exists_in_the_pinned_versions():
 
     for patch in PATCHES:
         assert callable(getattr(importlib.import_module(patch.module), patch.attribute)), patch
+    # the subclassed vLLM-side method: importing verl's vLLM module needs the CPU setup's version answer
+    out = _probe("import verl\nfrom sat_ext.verl.cpu import vllm_worker\nprint('ok')", SAT_EXT_VERL_CPU="1")
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "ok", out.stderr[-2000:]
 
 
 def test_the_checkpoint_engine_carries_every_tensor_from_actor_rank_0(tmp_path, monkeypatch):

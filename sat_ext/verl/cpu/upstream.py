@@ -1,8 +1,10 @@
 """Every verl / vLLM internal the CPU setup changes, in one place, checked against the pinned versions.
 
-Each entry names the symbol, why it is changed, and the replacement. :func:`apply_patches` checks the
-installed versions and that every symbol exists before changing anything, and raises naming the first
-mismatch: a verl bump must fail here, not halfway through a run.
+:data:`PATCHES` are replaced in their module (each entry names the symbol, why, and the replacement);
+:data:`SUBCLASSED` are private methods overridden in a sat_ext subclass. :func:`apply_patches` checks the
+installed versions and that every patched symbol exists before changing anything, and raises naming the
+first mismatch: a verl bump must fail here, not halfway through a run. :func:`check_subclassed` runs where the
+subclass is imported (the vLLM worker process), so that importing verl's vLLM module stays out of the others.
 """
 
 from __future__ import annotations
@@ -65,6 +67,17 @@ PATCHES = (
 )
 
 
+#: private methods the CPU setup overrides in a subclass (not patched): (module, class, method, why)
+SUBCLASSED = (
+    (
+        "verl.workers.rollout.vllm_rollout.utils",
+        "vLLMColocateWorkerExtension",
+        "_update_weights",
+        "sat_ext.verl.cpu.vllm_worker.CPUWorkerExtension loads each received bucket with vLLM's reload_weights",
+    ),
+)
+
+
 def check_versions() -> None:
     """Raise naming the package whose installed version is not the pinned one."""
     for dist, pinned in PINNED.items():
@@ -77,6 +90,13 @@ def check_versions() -> None:
                 f"sat_ext's verl CPU setup is written against {dist}=={pinned}, found {installed}: it changes "
                 "internals of that version (sat_ext/verl/cpu/upstream.py)"
             )
+
+
+def check_subclassed() -> None:
+    """Raise naming the first method in :data:`SUBCLASSED` that the installed verl does not have."""
+    for module, cls, method, _why in SUBCLASSED:
+        if not callable(getattr(getattr(importlib.import_module(module), cls, None), method, None)):
+            raise RuntimeError(f"sat_ext's verl CPU setup overrides {module}.{cls}.{method}, which is missing")
 
 
 def apply_patches() -> None:

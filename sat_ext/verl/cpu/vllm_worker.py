@@ -14,6 +14,10 @@ from __future__ import annotations
 import torch
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
+from .upstream import check_subclassed
+
+check_subclassed()
+
 
 
 class CPUWorkerExtension(vLLMColocateWorkerExtension):
