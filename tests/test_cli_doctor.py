@@ -94,6 +94,17 @@ def test_doctor_uses_a_running_cluster_and_checks_every_node(ray_head):
     assert len(nodes) == 1 and nodes[0]["status"] == "ok"
 
 
+def test_ray_address_local_never_joins_a_cluster_running_on_the_machine(ray_head, monkeypatch):
+    """What keeps test_doctor_passes_with_a_local_ray_and_reports_json hermetic: with RAY_ADDRESS=local the
+    doctor starts its own Ray even while another one runs here (without it, it would join that one)."""
+    from sat_ext.doctor import _cluster_address
+
+    monkeypatch.setenv("RAY_ADDRESS", "")
+    assert _cluster_address() == "auto"  # the running head is found
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    assert _cluster_address() is None  # a private Ray is started
+
+
 def test_doctor_names_what_to_set_when_the_cluster_is_unreachable():
     p = _run(["doctor"], env={"RAY_ADDRESS": f"127.0.0.1:{_free_port()}"}, timeout=600)
     assert p.returncode == 1
