@@ -17,6 +17,12 @@ from pathlib import Path
 
 DATA_FOLDER = "data"
 PACKAGE = "sat_ext.examples"
+# Hydra 1.3's options that take a value (``--info`` takes one of its choices, or none); tests check these against
+# Hydra's own parser.
+HYDRA_VALUE_OPTIONS = frozenset({"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                                 "--config-dir", "-cd", "--experimental-rerun"})
+HYDRA_INFO_OPTIONS = frozenset({"--info", "-i"})
+HYDRA_INFO_CHOICES = frozenset({"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"})
 
 
 class ExampleError(ValueError):
@@ -68,6 +74,28 @@ def config_dir(name: str, root: Path | None = None) -> Path:
     if not config.is_dir():
         raise ExampleError(f"example {name!r} has no config/ folder (see its run.sh)")
     return config
+
+
+def hydra_argv(args: list[str]) -> list[str]:
+    """``args`` of a Hydra app with every override first and every option (with its value) after them.
+
+    Hydra's parser takes the overrides as one positional run, so ``a=1 --cfg job b=2`` fails with "unrecognized
+    arguments"; the examples' ``run.sh`` passes its arguments through this, so overrides and options can come in
+    any order. The order within the overrides and within the options is kept (the last override of a key wins).
+    """
+    overrides: list[str] = []
+    options: list[str] = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if not arg.startswith("-"):
+            overrides.append(arg)
+            continue
+        options.append(arg)
+        info_value = arg in HYDRA_INFO_OPTIONS and rest and rest[0] in HYDRA_INFO_CHOICES
+        if (arg in HYDRA_VALUE_OPTIONS or info_value) and rest:
+            options.append(rest.pop(0))
+    return overrides + options
 
 
 def _copy(src: Path, dest: Path) -> None:
