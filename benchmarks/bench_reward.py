@@ -9,7 +9,7 @@ Measured in one run, on the same responses:
     with 1 and 2 worker processes (``SAT_EXT_MATH_WORKERS``; started and warmed on 100 other responses first);
   * ``judge`` inline in this process (no worker, no time limit): the cost of the IPC and the timer;
   * verl's ``math_dapo.compute_score`` (the examples' earlier reward, string equality), the peer.
-The verdicts' agreement with the expected ones is reported too (math_dapo misses the non-integer forms).
+The verdicts' agreement with the expected ones is reported too (math_dapo misses fractions vs decimals and radicals).
 
     python benchmarks/bench_reward.py              # ~1 min on 2 cores
     python benchmarks/bench_reward.py --quick
@@ -117,9 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     C.write_md(args.out / "bench_reward.md", "Math verifier throughput (sat_ext.examples.math_reward)", env,
                [("Answers per second", table),
                 ("Reading", f"{n} responses of ~{args.chars} characters, {len(FORMS)} answer forms round-robin "
-                 "(3 of them wrong or missing). math_dapo agrees with the expected verdict only on the integer "
-                 "and wrong forms: its string equality scores the fraction / decimal, `x = 3`, interval and "
-                 "radical forms as wrong. A pool's rate is bounded by its worker processes (one core each).")])
+                 "(3 of them wrong or missing). math_dapo compares normalised strings: it scores the right "
+                 "fraction-vs-decimal (both ways) and radical forms as wrong (4 of the 10 forms); its "
+                 "normalisation does handle `x = 3` and spaces in intervals. A pool's rate is bounded by its "
+                 "worker processes (one core each).")])
     return 0
 
 
