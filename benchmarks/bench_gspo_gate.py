@@ -121,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     table = C.md_table(
         ["mean response length", "d of a response", "loss", "gate rate (mean over micro-batches)",
          "micro-batches gating nothing", "responses per micro-batch", "micro-batches"],
-        [[r["mean_len"], r["d_model"], r["loss"], f"{r['gate_rate_mean']:.2%}", f"{r['micro_batches_gating_nothing']:.0%}",
-          f"{r['responses_per_micro']:.1f}", r["micro_batches"]] for r in rows])
+        [[r["mean_len"], r["d_model"], r["loss"], f"{r['gate_rate_mean']:.2%}",
+          f"{r['micro_batches_gating_nothing']:.0%}", f"{r['responses_per_micro']:.1f}", r["micro_batches"]]
+         for r in rows])
     C.write_md(args.out / "bench_gspo_gate.md", "SAT's gate rate per micro-batch at real response lengths", env,
                [("Gate rate", table),
                 ("Reading", "SAT-GRPO gates ~10% of each micro-batch's tokens at every length (1 - alpha, Eq. 14, "

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                  ["CPU optimizer", "(12 + 4) B x parameters", f"{rank['cpu_optimizer']:.1f} GB"],
                  ["reference model", "2 B x parameters", f"{rank['reference_model']:.1f} GB"],
                  ["kept weights, steady", f"{s.kept_versions} pinned copies", f"{s.kept_versions * s.copy_gb:.1f} GB"],
-                 ["kept weights at a save", f"+ 2 pageable temporaries of the expert buffer ({s.largest_buffer_gb:.1f} GB)",
+                 ["kept weights at a save",
+                  f"+ 2 pageable temporaries of the expert buffer ({s.largest_buffer_gb:.1f} GB)",
                   f"{s.kept_versions * s.copy_gb + 2 * s.largest_buffer_gb:.1f} GB"],
                  ["kept weights at a restore", "+ the LIVE copy", f"{(s.kept_versions + 1) * s.copy_gb:.1f} GB"],
                  ["R3 per token", f"{s.layers} layers x top-{s.top_k} x int16", f"{s.layers * s.top_k * 2} B"]]

@@ -61,7 +61,6 @@ RIGHT, WRONG, TIMEOUT, ERROR = "right", "wrong", "timeout", "error"
 _SPECIAL = re.compile(r"<\|[^|>\n]{0,64}\|>|</s>|<eos>|<pad>")  # OpenRLHF decodes with special tokens
 _ANSWER_LINE = re.compile(r"answer\s*:[ \t]*([^\n]*)", re.IGNORECASE)
 _LATEX_DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed")
-_LOG = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------ the judgement

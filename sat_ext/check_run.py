@@ -1,4 +1,5 @@
-"""``python -m sat_ext.check_run LOG``: check a verl run's log for SAT's, the lag schedule's and the evaluation's signals.
+"""``python -m sat_ext.check_run LOG``: check a verl run's log for SAT's, the lag schedule's and the evaluation's
+signals.
 
 Prints a PASS / WARN / FAIL / SKIP table (:mod:`sat_ext.runlog`) and exits 1 if any check fails, 2 if the log
 or the expectation is unusable. What to expect comes from ``--variant`` (an example variant name such as

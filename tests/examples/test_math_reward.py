@@ -162,7 +162,8 @@ def test_threads_like_verl_and_openrlhf_call_it():
 
 
 def test_the_openrlhf_file_is_the_same_verifier():
-    spec = importlib.util.spec_from_file_location("reward_func", REPO / "examples/openrlhf_aime_qwen3_30b/math_reward.py")
+    path = REPO / "examples" / "openrlhf_aime_qwen3_30b" / "math_reward.py"
+    spec = importlib.util.spec_from_file_location("reward_func", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # as OpenRLHF's SingleTurnAgentExecutor loads it
     assert module.reward_func is mr.reward_func
