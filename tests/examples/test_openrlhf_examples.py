@@ -120,17 +120,18 @@ def test_example_flags_pass_openrlhfs_parser_and_sats_checks(parsed, variant, la
     assert t["max_epochs"] == 1
     assert (r["temperature"], r["top_p"], r["max_new_tokens"]) == (1.0, 1.0, 32768)  # App. F
     assert a["data"]["max_len"] >= 32768 + 2048
-    # asynchronous with sat_ext's lag modes: lag 1 = bounded at 1, lag 8 = a broadcast every 8 steps, no
-    # prefetch (data 0..7 steps old); the launcher resolved OpenRLHF's queue to one batch for both
+    # asynchronous with sat_ext's lag modes: lag 1 = bounded at 1, lag 8 = a broadcast every 8 steps with the
+    # rollout one batch ahead (data 1..8 steps old, the paper's and the verl example's schedule); the launcher
+    # resolved OpenRLHF's queue to one batch (lag 1) and two (lag 8: prefetch 1 with evaluation on)
     expected_lag = ({"mode": "bounded", "max_lag": 1} if lag == 1
-                    else {"mode": "interval", "interval": 8, "prefetch": 0})
+                    else {"mode": "interval", "interval": 8, "prefetch": 1})
     assert a["lag"] == expected_lag
     assert (f"[sat_ext] --lag.mode {expected_lag['mode']}:" in parsed[f"{variant}_lag{lag}"]["stdout"]
             and "lag metrics under lag/" in parsed[f"{variant}_lag{lag}"]["stdout"])
-    assert t["async_enable"] is True and t["async_queue_size"] == 1 and t["partial_rollout_enable"] is False
+    assert t["async_enable"] is True and t["async_queue_size"] == {1: 1, 8: 2}[lag] and t["partial_rollout_enable"] is False
     assert a["rollout"]["vllm_generate_batch_size"] == r["batch_size"]  # no oversampling: the lag stays bounded
-    # eval avg@8 every 5 optimizer steps (lag 1) / after every broadcast = every 8 steps (lag 8)
-    assert (a["eval"]["n_samples_per_prompt"], a["eval"]["temperature"]) == (8, 1.0)
+    # eval: the mean over 64 samples per problem (App. F) every 5 optimizer steps (lag 1) / after every broadcast
+    assert (a["eval"]["n_samples_per_prompt"], a["eval"]["temperature"]) == (64, 1.0)
     assert a["eval"]["steps"] == (5 if lag == 1 else 8)
     assert a["ckpt"]["save_steps"] % lag == 0  # lag 8: checkpoints (and resumes) at broadcast steps
     assert a["reward"]["remote_url"] == [str(EXAMPLE / "math_reward.py")]
@@ -161,48 +162,3 @@ def test_the_launcher_refuses_the_example_without_rollout_logprobs(parsed):
     result = parsed["sat_without_rollout_logprobs"]
     assert (result["outcome"], result["code"]) == ("exit", 2)
     assert "--algo.advantage.is_correction_level" in result["stderr"]
-
-
-# ----------------------------------------------------------------------------------------------- reward
-
-
-@pytest.fixture(scope="module")
-def reward():
-    spec = importlib.util.spec_from_file_location("math_reward", EXAMPLE / "math_reward.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # as OpenRLHF's SingleTurnAgentExecutor loads it
-    return module
-
-
-@pytest.mark.parametrize("response,label,ok", [
-    ("so the total is 210.\nAnswer: 210<|im_end|>", "210", True),
-    ("Answer: 7\n... wait, recheck.\nAnswer: 9<|endoftext|>", "9", True),
-    ("Answer: 7\n... wait, recheck.\nAnswer: 9", "7", False),
-    ("The answer is $\\boxed{1{,}000}$ hmm \\boxed{63}", "63", True),
-    ("Answer: $1,000$", "1000", True),
-    ("Answer: 45^\\circ", "45", True),
-    ("Answer: 0.50", "0.5", True),
-    ("Answer: \\frac{1}{2}", "\\frac{1}{2}", True),
-    ("no final answer here", "4", False),
-    ("x" * 5000 + "Answer: 4", "4", True),
-    ("Answer: 4" + "x" * 5000, "4", False),  # beyond the last 300 characters, as math_dapo
-])
-def test_reward_cases(reward, response, label, ok):
-    prompt = "<|im_start|>user\nSolve ...<|im_end|>\n<|im_start|>assistant\n"
-    out = reward.reward_func([prompt + response], [prompt], [label])
-    assert out == {"rewards": float(ok), "scores": float(ok), "extra_logs": {"acc": float(ok)}}
-
-
-def test_reward_agrees_with_verls_math_dapo(reward):
-    """Same verdict as verl's math_dapo (the verl example's scorer) on canonical answers; the README names
-    the two lenient differences (a trailing period, numerically equal decimals)."""
-    verl_score = pytest.importorskip("verl.utils.reward_score.math_dapo")
-    labels = ["4", "63", "9", "55", "1000", "45", "63"]
-    responses = ["Answer: 4", "x\nAnswer: 63", "Answer: 8", "\\boxed{55}", "Answer: $1,000$", "Answer: 45^\\circ",
-                 "no answer"]
-    batch = reward.reward_func(responses, [""] * len(labels), labels)
-    assert batch["rewards"] == [1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
-    for response, label, r in zip(responses, labels, batch["rewards"]):
-        assert verl_score.compute_score(response, label)["acc"] == bool(r), response
-    for response, label in [("Answer: 210.", "210"), ("Answer: 0.50", "0.5")]:
-        assert reward.is_correct(response, label) and not verl_score.compute_score(response, label)["acc"]

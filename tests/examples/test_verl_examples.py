@@ -219,11 +219,31 @@ def test_every_key_exists_in_verl_schema(path, schema, generated_schema):
 
 def test_reward_keys_are_the_09_ones(composed):
     from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    from sat_ext.examples import math_reward
 
     for cfg in composed.values():
         assert cfg.reward.reward_manager.name == "dapo" and "dapo" in REWARD_MANAGER
         assert cfg.reward_model.reward_manager is None  # the silently ignored legacy key stays unset
         assert cfg.reward.reward_kwargs.max_resp_len == cfg.data.max_response_length
+    # App. F's verifier, loaded by verl's own loader as its reward loop does (one composed config suffices:
+    # the reward section is the base's)
+    fn = get_custom_reward_fn(next(iter(composed.values())))
+    assert fn.args[0] is math_reward.compute_score
+
+
+def test_the_eval_count_is_the_configs_whatever_the_data(composed):
+    """data.custom_cls is sat_ext's ConfigCountDataset (drops a file's __rollout_n__, which verl reads first), as
+    verl resolves it; the count is then val_kwargs.n, App. F's 64 (tests/examples/test_prepare_data.py reads a
+    file with __rollout_n__ = 8 through it)."""
+    from verl.utils.dataset.rl_dataset import get_dataset_class
+
+    from sat_ext.examples.verl_dataset import ConfigCountDataset
+
+    for cfg in composed.values():
+        assert get_dataset_class(cfg.data) is ConfigCountDataset
+        assert cfg.actor_rollout_ref.rollout.val_kwargs.n == 64
 
 
 # ------------------------------------------------------------------------------------------- as verl reads it
@@ -346,8 +366,9 @@ APP_F = {
     "response_cap": 32768,
     "dynamic_batch_tokens_per_gpu": 32768,
     "sampling": (1.0, 1.0, -1),  # temperature (App. F / E.5; §5.1 says 0.95: choice), top-p, top-k
-    "eval": (64, 8),          # 16 samples x 4 runs = mean over 64 per problem; every 8 optimizer steps: choice
 }
+EVAL_EVERY = {1: 5, 8: 8}  # App. F: every 5 iterations; lag 8 can only validate between broadcasts (every 8)
+EVAL_N = 64  # App. F: 16 samples x 4 runs = the mean over 64 per problem
 TABLE_1 = {  # method -> (loss, radii or DPPO's delta, Table 9's rollout log-prob need, SAT)
     "grpo": ("vanilla", (0.2, 0.2), False, False),
     "gspo": ("gspo", (0.2, 0.2), False, False),
@@ -369,6 +390,7 @@ PAPER = {
         "denominator": "rollout" if TABLE_1[method][2] else "checkpoint",
         "sat": TABLE_1[method][3], "r3": r3, "tis": ("token", TIS_CAP) if tis else None,
         "lag": (lag, 1),  # a broadcast every `lag` optimizer steps, the rollout one batch ahead
+        "eval": (EVAL_N, EVAL_EVERY[lag]),
     }
     for method, tis, r3 in TABLE_1_ROWS for lag in (1, 8)
 }
@@ -504,7 +526,7 @@ _LAG_BLOCKS = {1: {"mode": "interval", "interval": 1, "prefetch": 1}, 8: {"mode"
 @pytest.mark.parametrize("lag", sorted(_LAG_BLOCKS))
 def test_lag_files_are_sat_ext_lags_translation(lag, composed):
     """lag/lagK.yaml + denominator/*.yaml == sat_ext.verl.lag_overrides.verl_overrides(lag block, 256 prompts,
-    eval every 8, denominator), key by key."""
+    eval every 5 (lag 1) / 8 (lag 8), denominator), key by key."""
     from sat_ext.lag import LagConfig, check_compatible
     from sat_ext.verl.lag_overrides import BASE_MODE, check_verl_config, verl_engine_settings, verl_overrides
 
@@ -512,7 +534,8 @@ def test_lag_files_are_sat_ext_lags_translation(lag, composed):
     translations = {}
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
         for denominator in ("checkpoint", "rollout"):
-            overrides = verl_overrides(block, train_batch_size=256, eval_every=8, denominator=denominator)
+            overrides = verl_overrides(block, train_batch_size=256, eval_every=EVAL_EVERY[lag],
+                                       denominator=denominator)
             translations[denominator] = overrides, compose("ppo_megatron_trainer", overrides=overrides)
     for name in (v for v in VARIANTS if v.endswith(f"_lag{lag}")):
         denominator = PAPER[name]["denominator"]
@@ -540,22 +563,26 @@ def test_documented_lag_schedules_are_sat_ext_lags():
 # ------------------------------------------------------------------------------------------------- run.sh
 
 
+LOG_ROOT_OVERRIDE = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_ROOT="
+
+
 def _dry_run(*args: str, **env: str) -> list[str]:
     out = subprocess.run(["bash", str(EXAMPLE / "run.sh"), *args], capture_output=True, text=True, check=True,
-                         env={**os.environ, "SAT_DRY_RUN": "1", **env})
+                         env={**os.environ, "SAT_DRY_RUN": "1", "PYTHON": sys.executable, **env})
     return out.stdout.splitlines()
 
 
-def test_run_sh_builds_the_main_ppo_command():
-    cmd = _dry_run("sat_gspo_r3_lag8", "trainer.logger=[console,wandb]")
+def test_run_sh_builds_the_main_ppo_command(tmp_path):
+    log_root = f"{LOG_ROOT_OVERRIDE}{tmp_path}"
+    cmd = _dry_run("sat_gspo_r3_lag8", "trainer.logger=[console,wandb]", SAT_LOG_DIR=str(tmp_path))
     assert cmd[1:7] == ["-m", "sat_ext.verl.main_ppo", "--config-path", str(CONFIG_DIR), "--config-name",
                         "sat_gspo_r3_lag8"]
-    assert cmd[7:] == ["trainer.logger=[console,wandb]"]
+    assert cmd[7:] == ["trainer.logger=[console,wandb]", log_root]
     # App. E.6's switch names the run apart from its paper-denominator twin, unless the caller names it
-    assert _dry_run("grpo_lag1", "denominator=rollout")[7:] == ["denominator=rollout",
-                                                                "trainer.experiment_name=grpo_lag1_rollout_lp"]
-    assert _dry_run("grpo_lag1", "denominator=rollout", "trainer.experiment_name=x")[7:] == [
-        "denominator=rollout", "trainer.experiment_name=x"]
+    assert _dry_run("grpo_lag1", "denominator=rollout", SAT_LOG_DIR=str(tmp_path))[7:] == [
+        "denominator=rollout", "trainer.experiment_name=grpo_lag1_rollout_lp", log_root]
+    assert _dry_run("grpo_lag1", "denominator=rollout", "trainer.experiment_name=x", SAT_LOG_DIR=str(tmp_path))[7:] == [
+        "denominator=rollout", "trainer.experiment_name=x", log_root]
     listed = subprocess.run(["bash", str(EXAMPLE / "run.sh"), "--list"], capture_output=True, text=True,
                             check=True).stdout.split()
     assert listed == VARIANTS and len(listed) == 26
@@ -563,26 +590,61 @@ def test_run_sh_builds_the_main_ppo_command():
     assert bad.returncode == 2 and "unknown variant" in bad.stderr
 
 
-def test_run_sh_overrides_compose():
+def test_run_sh_takes_overrides_and_options_in_any_order(tmp_path):
+    """Issue #23: `run.sh VARIANT denominator=rollout --cfg job` failed ("unrecognized arguments": run.sh appended
+    its own override after the option). Every order gives Hydra the overrides first, then the options."""
+    log_root = f"{LOG_ROOT_OVERRIDE}{tmp_path}"
+    want = ["denominator=rollout", "trainer.total_training_steps=3", "trainer.experiment_name=grpo_lag1_rollout_lp",
+            log_root, "--cfg", "job", "--resolve"]
+    for order in (["denominator=rollout", "--cfg", "job", "trainer.total_training_steps=3", "--resolve"],
+                  ["--cfg", "job", "denominator=rollout", "--resolve", "trainer.total_training_steps=3"],
+                  ["denominator=rollout", "trainer.total_training_steps=3", "--cfg", "job", "--resolve"]):
+        assert _dry_run("grpo_lag1", *order, SAT_LOG_DIR=str(tmp_path))[7:] == want, order
+    bad = subprocess.run(["bash", str(EXAMPLE / "run.sh"), "grpo_lag1"], capture_output=True, text=True,
+                         env={**os.environ, "SAT_DRY_RUN": "1", "PYTHON": "/bin/false", "SAT_LOG_DIR": str(tmp_path)})
+    assert bad.returncode == 2 and "cannot import sat_ext" in bad.stderr
+
+
+def test_hydra_argv_knows_hydras_options():
+    """sat_ext.example_configs' list of Hydra options that take a value is Hydra's own (its parser)."""
+    from hydra._internal.utils import get_args_parser
+
+    from sat_ext.example_configs import (HYDRA_INFO_CHOICES, HYDRA_INFO_OPTIONS, HYDRA_VALUE_OPTIONS, hydra_argv)
+
+    actions = [a for a in get_args_parser()._actions if a.option_strings]
+    valued = {o for a in actions if a.nargs is None and not isinstance(a.const, bool) and a.const is None
+              and a.__class__.__name__ == "_StoreAction" for o in a.option_strings}
+    info = next(a for a in actions if "--info" in a.option_strings)
+    assert valued == HYDRA_VALUE_OPTIONS
+    assert set(info.option_strings) == HYDRA_INFO_OPTIONS and set(info.choices) == HYDRA_INFO_CHOICES
+    assert hydra_argv(["--info", "a=1", "-i", "config", "--cfg=job", "b=2"]) == ["a=1", "b=2", "--info", "-i",
+                                                                                 "config", "--cfg=job"]
+
+
+def test_run_sh_overrides_compose(tmp_path):
     # What run.sh adds for the switch is a valid Hydra override (a group choice and an existing key).
-    cmd = _dry_run("sat_grpo_r3_lag8", "denominator=rollout")
+    cmd = _dry_run("sat_grpo_r3_lag8", "denominator=rollout", SAT_LOG_DIR=str(tmp_path))
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose("sat_grpo_r3_lag8", overrides=cmd[7:])
     assert cfg.algorithm.rollout_correction.bypass_mode is True
     assert cfg.trainer.experiment_name == "sat_grpo_r3_lag8_rollout_lp"
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_ROOT == str(tmp_path)
+    assert list(cfg.trainer.logger) == ["console", "file"]
 
 
 BACKGROUND_USERS = ("test_main_ppo_cli_composes_the_variant",)
 
 
 def start_background():
-    """The real entry point: run.sh -> python -m sat_ext.verl.main_ppo ... --cfg job (prints, then exits)."""
+    """The real entry point: run.sh -> python -m sat_ext.verl.main_ppo ... --cfg job (prints, then exits), with
+    overrides and options interleaved as issue #23's failing command had them."""
     from _background import start
 
     def build(workdir: Path) -> list[str]:
-        return ["bash", str(EXAMPLE / "run.sh"), "sat_gspo_r3_lag1", "--cfg", "job", "--resolve"]
+        return ["bash", str(EXAMPLE / "run.sh"), "sat_gspo_r3_lag1", "denominator=rollout", "--cfg", "job",
+                "trainer.total_training_steps=3", "--resolve"]
 
-    env = {**os.environ, "PYTHON": sys.executable, "SAT_DATA_DIR": "/data/sat_aime_test"}
+    env = {**os.environ, "PYTHON": sys.executable, "SAT_DATA_DIR": "/data/sat_aime_test", "SAT_LOG_DIR": "logs"}
     return start(build, env=env)
 
 
@@ -596,3 +658,6 @@ def test_main_ppo_cli_composes_the_variant():
     assert cfg.data.train_files == "/data/sat_aime_test/train.parquet"
     assert cfg.actor_rollout_ref.actor.megatron.router_replay.mode == "R3"
     assert cfg.trainer.v1.sampler.custom_sampler.name == "SATLagReplayBuffer"
+    assert cfg.algorithm.rollout_correction.bypass_mode is True and cfg.trainer.total_training_steps == 3
+    assert cfg.trainer.experiment_name == "sat_gspo_r3_lag1_rollout_lp"
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_ROOT == str((job.workdir / "logs").resolve())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,10 @@ COMMON = {
     "trainer.v1.sampler.sampler_kwargs.mode": "interval",
     "trainer.v1.sampler.sampler_kwargs.prefetch": 1,
     "actor_rollout_ref.rollout.val_kwargs.n": 8,
+    # the count is val_kwargs.n whatever the data file; App. F's verifier as the reward
+    "data.custom_cls.path": "pkg://sat_ext.examples.verl_dataset", "data.custom_cls.name": "ConfigCountDataset",
+    "reward.custom_reward_function.path": "pkg://sat_ext.examples.math_reward",
+    "reward.custom_reward_function.name": "compute_score",
     "actor_rollout_ref.rollout.val_kwargs.temperature": 1.0,
     "trainer.logger": ["console", "file"],
 }
@@ -213,7 +218,7 @@ def test_lag_files_are_sat_ext_lags_translation(lag, composed):
 
 def _dry_run(*args: str, **env: str) -> list[str]:
     out = subprocess.run(["bash", str(EXAMPLE / "run.sh"), *args], capture_output=True, text=True, check=True,
-                         env={**os.environ, "SAT_DRY_RUN": "1", **env})
+                         env={**os.environ, "SAT_DRY_RUN": "1", "PYTHON": sys.executable, **env})
     return out.stdout.splitlines()
 
 
