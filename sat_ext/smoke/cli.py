@@ -92,6 +92,11 @@ def variant_checks(variant: Variant, records: list, steps: int) -> list[CheckRes
     return rows
 
 
+def _folder(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
 def run_variant(variant: Variant, model: Path, out: Path, steps: int, device: str, timeout_s: float) -> dict:
     """Run and check one variant; writes its folder under ``out`` and returns its summary entry."""
     folder = out / variant.name
@@ -104,6 +109,7 @@ def run_variant(variant: Variant, model: Path, out: Path, steps: int, device: st
         val=write_data(inputs / "val.parquet", prompt_rows(4, seed=1)),
         reward=Path(__file__).with_name("reward.py"),
         agent_loops=write_agent_loops(inputs / "agent_loops.yaml") if variant.forced_evictions else None,
+        kept_weights=_folder(folder / "kept_weights") if variant.spill_kept_weights else None,
     )
     cmd = command(variant, paths, steps, device)
     metrics = folder / "metrics.jsonl"

@@ -11,6 +11,7 @@ global steps through verl 0.9.1's own trainer: ``sync-*`` through ``python -m ve
 | ``interval1`` / ``interval2`` | sat | sat_ext's separate-async, lag interval 1 / 2, prefetch 1 | the generating checkpoint (Table 9) |
 | ``bounded1-wait`` / ``bounded1-drop`` | sat | sat_ext's separate-async, max lag 1 | rollout log-probs (bounded batches mix versions) |
 | ``interval8``, ``bounded4-wait`` (not in the default set) | sat | lag interval 8 (the paper's lag 8) / max lag 4 | as above |
+| ``interval2-spill`` (not in the default set) | sat | ``interval2`` with the kept weights in files | the generating checkpoint |
 
 ``bounded1-drop`` gets one straggler prompt and one failing prompt (:mod:`sat_ext.smoke.verl_agent_loops`).
 """
@@ -40,6 +41,7 @@ class Variant:
     lag: dict | None = None
     denominator: str = "rollout"
     forced_evictions: bool = False  # a straggler over the bound and a failed rollout
+    spill_kept_weights: bool = False  # the kept versions in files (trainer.v1.sat_ext.kept_weights_dir)
 
     @property
     def separate_rollout(self) -> bool:
@@ -58,6 +60,8 @@ VARIANTS: dict[str, Variant] = {
         # not run by default: the paper's lag 8, and a bound the rollout can run ahead to
         Variant("interval8", "sat", {"mode": "interval", "interval": 8, "prefetch": 1}, "checkpoint"),
         Variant("bounded4-wait", "sat", {"mode": "bounded", "max_lag": 4, "over_bound": "wait"}),
+        Variant("interval2-spill", "sat", {"mode": "interval", "interval": 2, "prefetch": 1}, "checkpoint",
+                spill_kept_weights=True),
     )
 }
 DEFAULT = ("sync-sat", "sync-sat_gspo", "interval1", "interval2", "bounded1-wait", "bounded1-drop")
@@ -72,6 +76,7 @@ class Paths:
     val: Path
     reward: Path
     agent_loops: Path | None = None
+    kept_weights: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -141,10 +146,11 @@ def _common(paths: Paths, steps: int) -> list[str]:
     ]
 
 
-def _lag(variant: Variant) -> list[str]:
+def _lag(variant: Variant, kept_weights: Path | None) -> list[str]:
     if variant.lag is None:
         return ["algorithm.rollout_correction.bypass_mode=true"] if variant.denominator == "rollout" else []
-    out = verl_overrides(variant.lag, train_batch_size=BATCH, denominator=variant.denominator)
+    out = verl_overrides(variant.lag, train_batch_size=BATCH, denominator=variant.denominator,
+                         kept_weights_dir=str(kept_weights) if variant.spill_kept_weights else None)
     return out + ["actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1"]
 
 
@@ -161,7 +167,7 @@ def command(variant: Variant, paths: Paths, steps: int, device: str) -> Command:
     """verl's own entry point for ``variant`` with every override, and the environment it needs."""
     entry = "sat_ext.verl.main_ppo" if variant.separate_rollout else "verl.trainer.main_ppo"
     dev = _device(variant, device)
-    overrides = _common(paths, steps) + _loss(variant) + _lag(variant) + dev.argv
+    overrides = _common(paths, steps) + _loss(variant) + _lag(variant, paths.kept_weights) + dev.argv
     overrides.append(f"trainer.experiment_name={variant.name}")
     if variant.forced_evictions:
         overrides.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path={paths.agent_loops}")

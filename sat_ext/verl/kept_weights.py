@@ -9,6 +9,10 @@ does nothing while every metric looks healthy:
   the live one. :class:`KeptWeightsWorker` copies any saved tensor that shares storage with a live parameter.
 - restoring a key that was never saved is a no-op; here it raises.
 
+With ``spill_dir`` a saved version is written to local disk (one file per rank) and read back, memory-mapped,
+at a restore: host memory for the kept weights drops to the structure around them, for one write per save
+and one read per restore (examples/verl_aime_qwen3_30b/README.md, "Memory", sizes it).
+
 :meth:`KeptWeightsWorker.weights_fingerprint` (sum and sum of squares of every local shard, in float64) lets
 the trainer check that a restore really changed the weights (``lag/kept_weights_restored``).
 """
@@ -16,6 +20,7 @@ the trainer check that a restore really changed the weights (``lag/kept_weights_
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 from verl.experimental.separation.engine_workers import DetachActorWorker
@@ -45,21 +50,83 @@ def copy_aliased(saved, live: set[int]):
     return saved
 
 
+class _Slot:
+    """Where a spilled tensor was in the saved structure: its index in the file's tensor list."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def split_tensors(saved, tensors: list[torch.Tensor]):
+    """``saved`` with every tensor replaced by a :class:`_Slot` into ``tensors`` (appended to)."""
+    if isinstance(saved, torch.Tensor):
+        tensors.append(saved)
+        return _Slot(len(tensors) - 1)
+    if isinstance(saved, dict):
+        return {key: split_tensors(value, tensors) for key, value in saved.items()}
+    if isinstance(saved, (list, tuple)):
+        return type(saved)(split_tensors(value, tensors) for value in saved)
+    return saved
+
+
+def join_tensors(skeleton, tensors: list[torch.Tensor]):
+    """The inverse of :func:`split_tensors`."""
+    if isinstance(skeleton, _Slot):
+        return tensors[skeleton.index]
+    if isinstance(skeleton, dict):
+        return {key: join_tensors(value, tensors) for key, value in skeleton.items()}
+    if isinstance(skeleton, (list, tuple)):
+        return type(skeleton)(join_tensors(value, tensors) for value in skeleton)
+    return skeleton
+
+
 class KeptWeightsWorker(DetachActorWorker):
-    """``DetachActorWorker`` whose saved weights never alias the live ones and whose restore of a missing key raises."""
+    """``DetachActorWorker`` whose saved weights never alias the live ones, whose restore of a missing key raises,
+    and which can keep a saved version in a file on local disk instead of host memory (``spill_dir``)."""
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_model_to_cpu(self, n):
+    def save_model_to_cpu(self, n, spill_dir: str | None = None):
+        """Save the current weights under ``n``; with ``spill_dir``, this rank's tensors go to
+        ``<spill_dir>/<n>.rank<r>.pt`` and only the structure around them stays in memory."""
         DetachActorWorker.save_model_to_cpu(self, n)
         live = {_storage(t) for t in _local_tensors(self.actor.engine.module)} - {0}
-        self.cpu_saved_models[n] = copy_aliased(self.cpu_saved_models[n], live)
+        saved = copy_aliased(self.cpu_saved_models[n], live)
+        if spill_dir:
+            tensors: list[torch.Tensor] = []
+            saved = split_tensors(saved, tensors)
+            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+            path = Path(spill_dir) / f"{n}.rank{rank}.pt"
+            torch.save([t.contiguous() for t in tensors], path)
+            self._spilled_paths()[n] = path
+        self.cpu_saved_models[n] = saved
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def restore_model_from_cpu(self, n):
         saved = getattr(self, "cpu_saved_models", {})
         if n not in saved:
             raise KeyError(f"no weights saved under {n!r} on this actor worker (saved: {sorted(saved, key=str)})")
-        DetachActorWorker.restore_model_from_cpu(self, n)
+        path = self._spilled_paths().get(n)
+        if path is None:
+            DetachActorWorker.restore_model_from_cpu(self, n)
+            return
+        skeleton = saved[n]
+        saved[n] = join_tensors(skeleton, torch.load(path, weights_only=True, mmap=True))
+        try:
+            DetachActorWorker.restore_model_from_cpu(self, n)
+        finally:
+            saved[n] = skeleton
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def clear_cpu_model(self, n):
+        DetachActorWorker.clear_cpu_model(self, n)
+        path = self._spilled_paths().pop(n, None)
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+    def _spilled_paths(self) -> dict:
+        if not hasattr(self, "_spilled"):
+            self._spilled: dict = {}
+        return self._spilled
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def weights_fingerprint(self) -> tuple[float, float]:

@@ -88,6 +88,7 @@ def verl_overrides(
     train_batch_size: int,
     eval_every: int | None = None,
     denominator: str | None = None,
+    kept_weights_dir: str | None = None,
 ) -> list[str]:
     """Hydra overrides for verl's ``ppo_trainer`` config that implement ``lag``.
 
@@ -98,6 +99,8 @@ def verl_overrides(
         the trainer's log-prob under the weights of the broadcast that generated the batch (kept on CPU at each
         broadcast); "rollout" (App. E.6, verl's bypass mode; the only choice in bounded mode, whose batches mix
         versions): the rollout engine's log-probs.
+    kept_weights_dir: with the checkpoint denominator, keep the weights of past broadcasts in files in this local
+        folder (on every training node) instead of host memory (one write per broadcast, one read per restore).
     """
     cfg = lag if isinstance(lag, LagConfig) else LagConfig.from_dict(lag)
     if cfg.mode == "off":
@@ -143,6 +146,10 @@ def verl_overrides(
             )
         out.append(f"trainer.test_freq={eval_every // sync_every}")
     out += _sampler_kwargs(cfg)
+    if kept_weights_dir is not None:
+        if denominator == "rollout":
+            raise LagConfigError("kept_weights_dir", kept_weights_dir, "needs the checkpoint denominator (none is kept)")
+        out.append(f"+{KEPT_WEIGHTS_DIR_KEY}={kept_weights_dir}")
     check_verl_lag(cfg, TRAINER_MODE, {"parameter_sync_step": sync_every, "num_warmup_batches": warmup})
     return out
 
@@ -195,6 +202,16 @@ def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
         if node is None:
             return default
     return node
+
+
+KEPT_WEIGHTS_DIR_KEY = "trainer.v1.sat_ext.kept_weights_dir"
+
+
+def kept_weights_spill_dir(config: Any) -> str | None:
+    """``trainer.v1.sat_ext.kept_weights_dir``: a local folder (on every training node) where the actor ranks keep
+    the weights of past broadcasts in files instead of host memory; None keeps them in memory."""
+    value = _get(config, KEPT_WEIGHTS_DIR_KEY)
+    return None if value in (None, "") else str(value)
 
 
 def uses_bypass(config: Any) -> bool:
@@ -267,6 +284,11 @@ def check_verl_config(config: Any) -> dict[str, Any]:
             "must be 1 with sat_ext's lag modes: the lag schedule and its metrics count one optimizer step per batch "
             "(the paper's setting, App. F)",
         )
+    spill = kept_weights_spill_dir(config)
+    if spill is not None and (uses_bypass(config) or not spill.startswith("/")):
+        why = ("has no effect with algorithm.rollout_correction.bypass_mode=true: no weights are kept"
+               if uses_bypass(config) else "must be an absolute path (the actor ranks may run on other nodes)")
+        raise LagConfigError(KEPT_WEIGHTS_DIR_KEY, spill, why)
     if lag.mode == "bounded" and not uses_bypass(config):
         raise LagConfigError(
             "algorithm.rollout_correction.bypass_mode",

@@ -32,7 +32,7 @@ from verl.utils.debug import marked_timer
 from sat_ext.lag.config import LagConfig
 
 from .kept_weights import KeptWeightsWorker
-from .lag_overrides import BASE_MODE, TRAINER_MODE, check_verl_config, uses_bypass
+from .lag_overrides import BASE_MODE, TRAINER_MODE, check_verl_config, kept_weights_spill_dir, uses_bypass
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +73,9 @@ class BroadcastWeights:
 
     LIVE = "sat_ext_live"
 
-    def __init__(self, cfg: LagConfig):
+    def __init__(self, cfg: LagConfig, spill_dir: str | None = None):
         self.cfg = cfg
+        self.spill_dir = spill_dir  # kept versions in files there instead of host memory (KeptWeightsWorker)
         self.kept: set[int] = set()
 
     @staticmethod
@@ -86,7 +87,7 @@ class BroadcastWeights:
         wanted = set(kept_versions(self.cfg, current))
         for version in self.kept - wanted:
             workers.clear_cpu_model(self.key(version))
-        workers.save_model_to_cpu(self.key(current))
+        workers.save_model_to_cpu(self.key(current), self.spill_dir)
         self.kept = (self.kept & wanted) | {current}
 
     @contextmanager
@@ -147,7 +148,7 @@ class SATSeparateAsyncTrainer(PPOTrainerSeparateAsync):
         super().__init__(config)
         self.lag: LagConfig = self.replay_buffer.lag
         self.bypass = uses_bypass(config)
-        self.broadcast_weights = BroadcastWeights(self.lag)
+        self.broadcast_weights = BroadcastWeights(self.lag, kept_weights_spill_dir(config))
 
     def on_step_end(self):
         drained: dict = {}

@@ -174,6 +174,16 @@ def test_translation_errors(block, kwargs, message):
             ["trainer.v1.separate_async.num_warmup_batches=1"],
             "trainer.v1.separate_async.num_warmup_batches",
         ),
+        (  # kept weights in files: the path is read on other nodes
+            {"mode": "interval", "interval": 2, "prefetch": 1},
+            ["+trainer.v1.sat_ext.kept_weights_dir=relative/dir"],
+            "trainer.v1.sat_ext.kept_weights_dir",
+        ),
+        (
+            {"mode": "bounded", "max_lag": 1},
+            ["+trainer.v1.sat_ext.kept_weights_dir=/local/kept"],
+            "trainer.v1.sat_ext.kept_weights_dir",
+        ),
         (  # a sampler block written by hand, not by verl_overrides
             {"mode": "bounded", "max_lag": 1},
             ["trainer.v1.sampler.sampler_kwargs.over_bound=regenerate"],
@@ -214,3 +224,11 @@ def test_the_sampler_refuses_what_verl_cannot_deliver_when_built_directly():
             max_off_policy_strategy="drop",
             sampler_kwargs={"mode": "bounded", "max_lag": 1, "over_bound": "regenerate"},
         )
+
+
+def test_kept_weights_dir_is_a_checkpoint_denominator_option():
+    lag = {"mode": "interval", "interval": 8, "prefetch": 1}
+    cfg = _compose("ppo_trainer", verl_overrides(lag, 64, kept_weights_dir="/local/kept"))
+    assert cfg.trainer.v1.sat_ext.kept_weights_dir == "/local/kept" and check_verl_config(cfg) == {}
+    with pytest.raises(LagConfigError, match=r"^kept_weights_dir needs the checkpoint denominator"):
+        verl_overrides(lag, 64, denominator="rollout", kept_weights_dir="/local/kept")

@@ -320,10 +320,11 @@ class _ActorWorkers:
     for parameters already on the CPU."""
 
     def __init__(self, alias: bool = False):
-        self.weights, self.saved, self.alias = 0, {}, alias
+        self.weights, self.saved, self.alias, self.spill_dirs = 0, {}, alias, set()
 
-    def save_model_to_cpu(self, key):
+    def save_model_to_cpu(self, key, spill_dir=None):
         self.saved[key] = None if self.alias else self.weights
+        self.spill_dirs.add(spill_dir)
 
     def restore_model_from_cpu(self, key):
         if key not in self.saved:
@@ -411,3 +412,18 @@ def test_resume_regenerates_finished_untrained_groups_in_interval_mode(clean_par
 def test_a_warmup_verl_cannot_express_is_refused():
     with pytest.raises(LagConfigError, match=r"^lag\.prefetch .* verl would submit 7 prompts ahead, not 8"):
         verl_overrides(LagConfig(mode="interval", interval=49, prefetch=1), train_batch_size=8)
+
+
+def test_the_kept_weights_folder_reaches_every_save_of_a_kept_version(transfer_queue):
+    lag = LagConfig(mode="interval", interval=2, prefetch=1)
+    cfg = _compose(verl_overrides(lag, train_batch_size=2, kept_weights_dir="/local/kept"))
+    trainer = get_trainer_cls(TRAINER_MODE)(cfg)
+    workers = trainer.actor_rollout_wg = _ActorWorkers()
+    for t in (1, 2):
+        trainer.global_steps = t
+        for local in range(2):
+            trainer.local_trigger_step = local
+            with trainer.denominator_weights(_batch(scheduled_version((t - 1) * 2 + local + 1, 2, 1)), {}):
+                pass
+            workers.weights += 1
+    assert workers.spill_dirs == {"/local/kept", None}  # kept versions spill; the short-lived live copy does not

@@ -11,6 +11,7 @@ import pytest
 
 verl = pytest.importorskip("verl")
 from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 from sat_ext.runlog import Record  # noqa: E402
 from sat_ext.smoke import checks  # noqa: E402
@@ -20,7 +21,7 @@ from sat_ext.smoke.verl_variants import VARIANTS, Paths, command, data_rows  # n
 from sat_ext.verl.lag_overrides import check_verl_config  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
-PATHS = Paths(Path("/m"), Path("/t.parquet"), Path("/v.parquet"), Path("/r.py"), Path("/a.yaml"))
+PATHS = Paths(Path("/m"), Path("/t.parquet"), Path("/v.parquet"), Path("/r.py"), Path("/a.yaml"), Path("/k"))
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -41,6 +42,8 @@ def test_each_variant_composes_with_verls_config_and_passes_the_launch_checks(na
     if variant.lag:
         assert backend == ("sat_ext_shm" if device == "cpu" else "nccl")
     assert (cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path is not None) is variant.forced_evictions
+    spill = OmegaConf.select(cfg, "trainer.v1.sat_ext.kept_weights_dir")
+    assert spill == ("/k" if variant.spill_kept_weights else None)
 
 
 def test_only_bounded1_drop_gets_the_straggler_and_the_failure():

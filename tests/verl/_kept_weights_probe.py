@@ -44,6 +44,17 @@ try:
     missing = None
 except KeyError as e:
     missing = str(e)
+# spill: the kept version in a file, only the structure around it in memory
+spill = tempfile.mkdtemp()
+worker.save_model_to_cpu("v1", spill_dir=spill)
+files = sorted(os.listdir(spill))
+in_memory = [t for t, _spec in worker.cpu_saved_models["v1"][0].values() if isinstance(t, torch.Tensor)]
+with torch.no_grad():
+    for p in model.parameters():
+        p.add_(0.25)
+worker.restore_model_from_cpu("v1")
+spilled_restored = worker.weights_fingerprint()
+worker.clear_cpu_model("v1")
 facts = {
     "params": len(live),
     "verl_aliased": aliased(verl_saved),
@@ -52,6 +63,10 @@ facts = {
     "updated": updated,
     "restored": worker.weights_fingerprint(),
     "missing": missing,
+    "spill_files": files,
+    "spill_tensors_in_memory": len(in_memory),
+    "spill_restored": spilled_restored,
+    "spill_files_after_clear": os.listdir(spill),
 }
 json.dump(facts, sys.stdout)
 dist.destroy_process_group()

@@ -33,3 +33,9 @@ def test_kept_weights_worker_saves_copies_and_restores_them(probe):
 
 def test_restoring_a_key_never_saved_raises(probe):
     assert "no weights saved under 'v9'" in probe["missing"] and "v0" in probe["missing"]
+
+
+def test_a_spilled_version_lives_in_a_file_and_restores_exactly(probe):
+    assert probe["spill_files"] == ["v1.rank0.pt"] and probe["spill_tensors_in_memory"] == 0
+    assert probe["spill_restored"] == probe["before"]  # v1 was saved at the restored v0 weights
+    assert probe["spill_files_after_clear"] == []
