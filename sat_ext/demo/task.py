@@ -16,18 +16,21 @@ CHARS = "0123456789+="
 
 
 class CharVocab:
-    """Token ids: the 12 characters of ``CHARS`` (0-11), then ``<pad>`` 12, ``<bos>`` 13, ``<eos>`` 14."""
+    """Token ids: the characters of ``chars`` (0..len-1), then ``<pad>``, ``<bos>``, ``<eos>``; for the addition
+    task's ``CHARS``: 0-11, then ``<pad>`` 12, ``<bos>`` 13, ``<eos>`` 14."""
 
-    def __init__(self) -> None:
-        self.chars = CHARS
-        self.stoi = {c: i for i, c in enumerate(CHARS)}
-        self.pad = len(CHARS)
+    def __init__(self, chars: str = CHARS) -> None:
+        if len(set(chars)) != len(chars):
+            raise ValueError(f"vocabulary characters must be distinct, got {chars!r}")
+        self.chars = chars
+        self.stoi = {c: i for i, c in enumerate(chars)}
+        self.pad = len(chars)
         self.bos = self.pad + 1
         self.eos = self.pad + 2
         self.size = self.pad + 3
 
     def encode(self, text: str) -> list[int]:
-        """Ids of ``text`` (characters of ``CHARS`` only; anything else raises KeyError)."""
+        """Ids of ``text`` (characters of ``chars`` only; anything else raises KeyError)."""
         return [self.stoi[c] for c in text]
 
     def decode(self, ids: list[int] | torch.Tensor, stop_at_eos: bool = True) -> str:
@@ -73,6 +76,9 @@ class AdditionTask:
 
     ``prompt_len`` = 7 (``<bos>`` + 6 characters); ``response_len`` = 4 (up to three digits + ``<eos>``).
     """
+
+    name = "addition"
+    reward_name = "exact match"
 
     def __init__(self, max_operand: int = 100, vocab: CharVocab = VOCAB):
         if not 1 <= max_operand <= 100:

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from sat_ext.demo import cli, losses
-from sat_ext.demo.engine_vllm import vllm_available
+from sat_ext.demo.engines.vllm_engine import vllm_available
 
 TINY = ["--steps", "4", "--sft-max-steps", "25", "--eval-every", "2", "--eval-size", "16", "--jobs", "1",
         "--no-progress", "--prompts-per-step", "4", "--group-size", "4"]
