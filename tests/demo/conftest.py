@@ -36,6 +36,18 @@ def _one_thread():
     torch.set_num_threads(old)
 
 
+@pytest.fixture(scope="session")
+def rewarding_warm_state():
+    """A short warm start: a policy that sometimes earns reward, so GRPO's advantages and updates are nonzero
+    (shared by the recipe and reproducibility tests; ~30 s)."""
+    from sat_ext.demo.spec import WarmStartSpec
+    from sat_ext.demo.warm import warm_start
+
+    state, stats = warm_start(WarmStartSpec(seed=0, target=0.1, max_steps=400))
+    assert stats["sampled_reward"] > 0.02
+    return state
+
+
 @pytest.fixture(scope="module")
 def setup():
     """A policy whose routers have a trained scale (far from init, so perturbed routing flips some
