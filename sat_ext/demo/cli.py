@@ -17,24 +17,23 @@ from pathlib import Path
 from .plan import PRESETS, PlanError, describe_preset
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
+def _number_list(kind: type, what: str):
+    """An argparse type: a comma-separated list of ``kind`` values, at least one."""
+
+    def parse(text: str) -> list:
+        try:
+            values = [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected at least one of the {what}")
+        return values
+
+    return parse
 
 
-def _float_list(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return values
+_int_list = _number_list(int, "integers")
+_float_list = _number_list(float, "numbers")
 
 
 def _str_list(text: str) -> list[str]:

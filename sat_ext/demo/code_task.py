@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .expr import ExprError, Limits, run_program
-from .task import CharVocab
+from .task import CharVocab, answer_ids
 
 CODE_CHARS = "0123456789x+-*(),="
 CODE_VOCAB = CharVocab(CODE_CHARS)
@@ -74,11 +74,7 @@ class CodeTask:
 
     def target_ids(self, problems: list[FunctionProblem]) -> torch.Tensor:
         """(n, response_len) long tensor: the canonical program, ``<eos>``, then ``<pad>``."""
-        rows = []
-        for p in problems:
-            r = self.vocab.encode(p.answer) + [self.vocab.eos]
-            rows.append(r + [self.vocab.pad] * (self.response_len - len(r)))
-        return torch.tensor(rows, dtype=torch.long)
+        return answer_ids(self.vocab, [p.answer for p in problems], self.response_len)
 
     def reward(self, problem: FunctionProblem, response: list[int] | torch.Tensor) -> float:
         """1.0 iff the text before the first ``<eos>`` is a program that equals f on every hidden input."""

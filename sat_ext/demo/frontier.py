@@ -120,13 +120,15 @@ def stable_table(grid: Grid) -> list[str]:
     return lines
 
 
+def _grid_head(title: str, lags: list[int]) -> list[str]:
+    return [title, "", "| lr multiple | " + " | ".join(f"lag {k}" for k in lags) + " |", "|---|" + "---|" * len(lags)]
+
+
 def collapse_grid(grid: Grid) -> list[str]:
     """Markdown: per method, lr multiple (rows) x lag (columns): collapsed seeds / seeds and mean final change."""
     lines = []
     for loss in grid.losses:
-        lines += [f"**{label(loss)}** (collapsed seeds / seeds, mean final - warm start)", "",
-                  "| lr multiple | " + " | ".join(f"lag {k}" for k in grid.lags) + " |",
-                  "|---|" + "---|" * len(grid.lags)]
+        lines += _grid_head(f"**{label(loss)}** (collapsed seeds / seeds, mean final - warm start)", grid.lags)
         for m in grid.mults:
             cells = []
             for k in grid.lags:
@@ -142,9 +144,8 @@ def sat_verdicts(grid: Grid, tol_floor: float = TOL_FLOOR) -> tuple[list[str], d
     the two cells' collapsed seeds; and the tally of verdicts."""
     lines, tally = [], {w: 0 for w in WORDS}
     for s, b in grid.sat_pairs():
-        lines += [f"**{label(s)} - {label(b)}** (final reward paired by seed; collapsed seeds SAT / base)", "",
-                  "| lr multiple | " + " | ".join(f"lag {k}" for k in grid.lags) + " |",
-                  "|---|" + "---|" * len(grid.lags)]
+        lines += _grid_head(f"**{label(s)} - {label(b)}** (final reward paired by seed; collapsed seeds SAT / base)",
+                            grid.lags)
         for m in grid.mults:
             cells = []
             for k in grid.lags:

@@ -99,11 +99,7 @@ class AdditionTask:
 
     def target_ids(self, problems: list[Problem]) -> torch.Tensor:
         """(n, response_len) long tensor: the answer, ``<eos>``, then ``<pad>``."""
-        rows = []
-        for p in problems:
-            r = self.vocab.encode(p.answer) + [self.vocab.eos]
-            rows.append(r + [self.vocab.pad] * (self.response_len - len(r)))
-        return torch.tensor(rows, dtype=torch.long)
+        return answer_ids(self.vocab, [p.answer for p in problems], self.response_len)
 
     def reward(self, problem: Problem, response: list[int] | torch.Tensor) -> float:
         """1.0 iff ``response`` is the answer's digits followed by ``<eos>`` (anything after it is ignored)."""
@@ -112,6 +108,17 @@ class AdditionTask:
     def rewards(self, problems: list[Problem], responses: torch.Tensor) -> torch.Tensor:
         """(n,) float rewards of ``responses`` (n, L) for ``problems``."""
         return torch.tensor([self.reward(p, r) for p, r in zip(problems, responses)], dtype=torch.float32)
+
+
+def answer_ids(vocab: CharVocab, answers: list[str], length: int) -> torch.Tensor:
+    """(n, length) long tensor: each answer's ids, ``<eos>``, then ``<pad>`` (the warm start's targets)."""
+    rows = []
+    for a in answers:
+        r = vocab.encode(a) + [vocab.eos]
+        if len(r) > length:
+            raise ValueError(f"answer {a!r} and <eos> take {len(r)} tokens, more than {length}")
+        rows.append(r + [vocab.pad] * (length - len(r)))
+    return torch.tensor(rows, dtype=torch.long)
 
 
 def response_mask(responses: torch.Tensor, eos: int = VOCAB.eos) -> torch.Tensor:
