@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -35,48 +36,55 @@ import torch.distributed as dist
 from .config import GSPO_LOG_RATIO_MAX, LOG_RATIO_CLAMP, SATConfig
 from .diagnostics import METRIC_KEYS, Sums, metric_dict, metric_vector
 from .quantile import global_masked_quantile, quantile_of_zeroed, weighted_quantile
-from .surrogate import SurrogateInput, SurrogateOutput, clipped_surrogate
+from .scalars import scalar
+from .surrogate import SurrogateInput, attach, surrogate_part
 from .trust_region import Gate, TrustRegion, gate, sat_clip
 
 __all__ = ["METRIC_KEYS", "SATLossOutput", "empty_microbatch_loss", "sat_gspo_loss", "sat_token_loss"]
 
 
 @dataclass
+class Detail:
+    """What a loss call computed per token, rebuilt on demand: the ratio, the gate scope's bounds and SAT's
+    clip mask (-A clip(r, lo, hi) > -A r, verl's pg_clipfrac), in the loss's shape (the region in its scope's)."""
+
+    ratio: torch.Tensor
+    region: TrustRegion
+    clipped: torch.Tensor
+
+
+@dataclass
 class SATLossOutput:
-    """Per-token loss (to aggregate), the ratio's values, the gate and the diagnostics (:data:`METRIC_KEYS`
-    in order in ``metric_vector``, as a dict in ``metrics``)."""
+    """Per-token loss (to aggregate) and the diagnostics (:data:`METRIC_KEYS` in order in ``metric_vector``,
+    as a dict in ``metrics``); the per-token details are recomputed when first asked for."""
 
     loss_mat: torch.Tensor
-    ratio: torch.Tensor  # detached
     metric_vector: torch.Tensor
-    gate: Gate  # the gate scope's (tokens; responses for SAT-GSPO's "broadcast" and "sequence" levels)
-    cfg: SATConfig
-    surrogate: SurrogateOutput
-    token_mask: torch.Tensor | None = None  # broadcast: the active tokens the response gate extends to
-    rows: bool = False  # the gate is one entry per response ("sequence"): the region has shape (batch,)
+    details: Callable[[], Detail]
 
     @cached_property
     def metrics(self) -> dict[str, torch.Tensor]:
         return metric_dict(self.metric_vector)
 
+    @cached_property
+    def _detail(self) -> Detail:
+        with torch.no_grad():
+            return self.details()
+
+    @property
+    def ratio(self) -> torch.Tensor:
+        """The ratio's values (detached)."""
+        return self._detail.ratio
+
+    @property
+    def region(self) -> TrustRegion:
+        """The gate scope's bounds as dense tensors (SAT-GSPO's broadcast gate on its tokens)."""
+        return self._detail.region
+
     @property
     def clipped(self) -> torch.Tensor:
         """SAT's clip mask, -A clip(r, lo, hi) > -A r (verl's pg_clipfrac), dense bool."""
-        return self.surrogate.clipped.expand(self.loss_mat.shape)
-
-    @cached_property
-    def region(self) -> TrustRegion:
-        """The gate scope's bounds as dense tensors (built on demand; the broadcast gate on its tokens)."""
-        g = self.gate
-        if self.token_mask is not None:
-            gated = g.gated * self.token_mask
-            g = Gate(q=g.q, d=g.d.expand_as(gated), sign=g.sign.expand_as(gated), gated=gated,
-                     c=torch.addcmul(1.0 - gated, g.c, gated))
-        region = g.region(self.cfg)
-        if self.rows:
-            region = TrustRegion(lo=region.lo.squeeze(-1), hi=region.hi.squeeze(-1), c=region.c.squeeze(-1),
-                                 gated=region.gated.squeeze(-1), q=region.q)
-        return region
+        return self._detail.clipped
 
 
 def empty_microbatch_loss(loss_mat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -115,10 +123,20 @@ def _raise_on_nonfinite(named: dict[str, torch.Tensor | None], mask: torch.Tenso
                              f"(sat nonfinite='raise'; 'mask' zeroes and counts them in nonfinite_frac)")
 
 
-def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights):
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.float32 else t.float()
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dim() == 1 else t.reshape(-1)
+
+
+def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights,
+            flat: bool = False) -> _Inputs:
     """Upcast to float32 and apply the non-finite policy, branch-free: ``x * 0`` is 0 for a finite x and NaN
-    otherwise, so one sum of such products marks every token with a non-finite input."""
-    mask = mask.bool()
+    otherwise, so one sum of such products marks every token with a non-finite input. ``flat``: every tensor
+    but ``lp`` flattened to 1-d."""
+    mask = mask if mask.dtype == torch.bool else mask.bool()
     rollout = rollout_log_prob if cfg.proxy == "rollout" else None
     if cfg.proxy == "rollout" and rollout is None:
         raise ValueError("SAT proxy='rollout' needs rollout_log_prob, which was not given")
@@ -129,15 +147,17 @@ def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_lo
     if lp.dtype != torch.float32:
         with torch.enable_grad():  # the upcast stays in the graph
             lp = lp.float()
-    adv = advantages.float()
-    raw = lp.detach() - old_log_prob.float()
-    ref_raw = None if rollout is None else lp.detach() - rollout.float()
-    weights = None if rollout_is_weights is None else rollout_is_weights.float()
-    keep = raw * 0.0
+    shape = _flat if flat else (lambda t: t)
+    lp_value, mask = shape(lp.detach()), shape(mask)
+    adv = shape(_f32(advantages))
+    raw = lp_value - shape(_f32(old_log_prob))
+    ref_raw = None if rollout is None else lp_value - shape(_f32(rollout))
+    weights = None if rollout_is_weights is None else shape(_f32(rollout_is_weights))
+    keep = torch.mul(raw, scalar(0.0))
     for t in (adv, ref_raw, weights):
         if t is not None:
             keep.add_(t, alpha=0.0)  # NaN where t is not finite
-    keep.nan_to_num_(nan=-1.0).add_(1.0)  # 1 where every input is finite, else 0
+    keep.nan_to_num_(nan=-1.0).add_(scalar(1.0))  # 1 where every input is finite, else 0
     adv = adv.nan_to_num(0.0, 0.0, 0.0).mul_(keep)
     if weights is not None:
         weights = weights.nan_to_num(0.0, 0.0, 0.0)
@@ -151,7 +171,7 @@ def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_lo
 def _total(x: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
     """The sum of the finite ``x`` over the active entries: a float32 dot product (relative error about 1e-7 at
     1M tokens, 3e-5 at 16M: these sums only feed the diagnostics)."""
-    return torch.dot(x.reshape(-1), active.reshape(-1))
+    return torch.dot(_flat(x), _flat(active))
 
 
 def _threshold(abs_active: torch.Tensor, active: torch.Tensor, n: torch.Tensor, cfg: SATConfig, group,
@@ -163,32 +183,55 @@ def _threshold(abs_active: torch.Tensor, active: torch.Tensor, n: torch.Tensor, 
                                       rule=cfg.quantile_rule, counts=counts)
     if counts is not None:
         return weighted_quantile(abs_active, counts, cfg.quantile, cfg.quantile_rule)
-    return quantile_of_zeroed(abs_active.reshape(-1), n, cfg.quantile, cfg.quantile_rule)
+    return quantile_of_zeroed(_flat(abs_active), n, cfg.quantile, cfg.quantile_rule)
 
 
-def _gate_sums(g: Gate, weights: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """Table 10's sums over the gate scope, each entry counted ``weights`` times (a response's tokens)."""
-    deficit = 1.0 - g.c  # 0 off the gate
+def _gate_sums(g: Gate, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Table 10's sums over (a part of) the gate scope, each entry counted ``weights`` times (a response's
+    tokens): (n_gated, sum of 1 - c, sum of (1 - c) sign(d)) and min c (1 off the gate)."""
+    deficit = torch.sub(scalar(1.0), g.c)  # 0 off the gate
     if weights is None:
-        n_gated, deficit_sum, signed = g.gated.sum(), deficit.sum(), _total(deficit, g.sign)
+        sums = [g.gated.sum(), deficit.sum(), _total(deficit, g.sign)]
     else:
-        n_gated, deficit_sum = _total(g.gated, weights), _total(deficit, weights)
-        signed = _total(deficit.mul_(g.sign), weights)
-    c_min = g.c.amin() if g.c.numel() else g.c.new_ones(())
-    return {"n_gated": n_gated, "deficit_sum": deficit_sum, "deficit_signed_sum": signed, "contraction_min": c_min,
-            "q": g.q}
-
-
-def _output(sur: SurrogateOutput, ratio: torch.Tensor, g: Gate, cfg: SATConfig, token_mask=None, rows=False,
-            **sums: torch.Tensor) -> SATLossOutput:
-    s = Sums(neg_n_clipped=sur.neg_n_clipped, neg_n_dual_clipped=sur.neg_n_dual_clipped,
-             neg_n_nominal_clipped=sur.neg_n_nominal_clipped, **sums)
-    return SATLossOutput(loss_mat=sur.loss_mat, ratio=ratio, metric_vector=metric_vector(s, cfg.eps_low, cfg.eps_high),
-                         gate=g, cfg=cfg, surrogate=sur, token_mask=token_mask, rows=rows)
+        sums = [_total(g.gated, weights), _total(deficit, weights), _total(deficit.mul_(g.sign), weights)]
+    return torch.stack(sums), g.c.amin() if g.c.numel() else g.c.new_ones(())
 
 
 def _clip_nominal(ratio: torch.Tensor, cfg: SATConfig) -> torch.Tensor:
     return ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
+
+
+def _chunks(n: int, device: torch.device, row: int = 1) -> list[slice]:
+    """Static slices of the n entries (multiples of ``row``) the per-token pass walks through: on the CPU parts of
+    about :data:`CHUNK` entries, whose temporaries stay in the cache and are reused by the allocator instead of
+    being paged in afresh (the cost of a large call); on a GPU one part."""
+    step = n if device.type != "cpu" else max(row, CHUNK // row * row)
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)] if n > step else [slice(0, n)]
+
+
+CHUNK = 1 << 15
+
+
+@dataclass
+class _Parts:
+    """Per-part results: the gate's and the surrogate's sums (n_gated, deficit sums, negated clip counts) and
+    min c, summed / minimised over the parts."""
+
+    sums: list[torch.Tensor]
+    c_min: list[torch.Tensor]
+
+    def total(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(self.sums) == 1:
+            return self.sums[0], self.c_min[0]
+        return torch.stack(self.sums).sum(0), torch.stack(self.c_min).amin()
+
+
+def _output(loss, x: _Inputs, coef, parts: _Parts, g_sums, g_cmin, q, cfg, details, **sums) -> SATLossOutput:
+    n_gated, deficit_sum, deficit_signed, clip, dual, nominal = g_sums.unbind()
+    s = Sums(n_gated=n_gated, deficit_sum=deficit_sum, deficit_signed_sum=deficit_signed, contraction_min=g_cmin,
+             q=q, neg_n_clipped=clip, neg_n_dual_clipped=dual, neg_n_nominal_clipped=nominal, n_input=x.n_input,
+             **sums)
+    return SATLossOutput(loss_mat=loss, metric_vector=metric_vector(s, cfg.eps_low, cfg.eps_high), details=details)
 
 
 # ----------------------------------------------------------------------------------------------- the losses
@@ -205,31 +248,54 @@ def sat_token_loss(
     rollout_is_weights: torch.Tensor | None = None,
 ) -> SATLossOutput:
     """Token-level SAT (SAT-GRPO with GRPO advantages); all tensors (batch, response_len)."""
+    shape = log_prob.shape
     with torch.no_grad():
-        x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
+        x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights, flat=True)
         act = x.active
         abs_raw = x.raw.abs()
         passes = abs_raw.le(LOG_RATIO_CLAMP).float()  # the clamp's gradient gate, as verl's vanilla
         n_active = act.sum()
-        sums = dict(n_active=n_active, n_input=x.n_input, n_unclamped=_total(passes, act),
-                    abs_log_ratio_sum=_total(abs_raw, act))
+        sums = dict(n_active=n_active, n_unclamped=_total(passes, act), abs_log_ratio_sum=_total(abs_raw, act))
         d = x.raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # Eq. 13 (x.raw is this call's own tensor)
-        sums["kl_log_ratio_sum"] = _total(d, act)  # on the clamped log-ratio, as verl's vanilla reports ppo_kl
+        # on the clamped log-ratio and summed as verl's vanilla sums ppo_kl (its masked_mean), bit for bit
+        sums["kl_log_ratio_sum"] = torch.mul(d, act).sum()
         if x.ref_raw is None:
             score, abs_active = d, abs_raw.clamp_max_(LOG_RATIO_CLAMP).mul_(act)
         else:
             score = x.ref_raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
             abs_active = score.abs().mul_(act)
         q = _threshold(abs_active, act, n_active, cfg, group)
+        loss, coef = torch.empty_like(d), torch.empty_like(d)
+        parts = _Parts([], [])
+        for sl in _chunks(d.numel(), d.device):
+            g = gate(score[sl], abs_active[sl], q, cfg)
+            ratio = d[sl].exp()
+            clipped_nominal = _clip_nominal(ratio, cfg)
+            adv, w = x.adv[sl], None if x.weights is None else x.weights[sl]
+            s = SurrogateInput(ratio=ratio, adv=adv, clipped=sat_clip(clipped_nominal, adv.sign(), g, cfg),
+                               clipped_nominal=clipped_nominal, active=act[sl], dual_clip=cfg.dual_clip,
+                               dratio_dx=passes[sl].mul_(ratio), weights=w)
+            counts, _ = surrogate_part(s, loss[sl], coef[sl])
+            g_sums, c_min = _gate_sums(g)
+            parts.sums.append(torch.cat([g_sums, counts]))
+            parts.c_min.append(c_min)
+        g_sums, g_cmin = parts.total()
+
+    def details() -> Detail:
         g = gate(score, abs_active, q, cfg)
         ratio = d.exp()
         clipped_nominal = _clip_nominal(ratio, cfg)
-        clipped = sat_clip(clipped_nominal, x.adv.sign(), g, cfg)
-        dratio_dx = passes.mul_(ratio)
-    sur = clipped_surrogate(x.lp, SurrogateInput(ratio=ratio, adv=x.adv, clipped=clipped, clipped_nominal=clipped_nominal,
-                                                 active=act, dual_clip=cfg.dual_clip, dratio_dx=dratio_dx,
-                                                 weights=x.weights))
-    return _output(sur, ratio, g, cfg, n_scope=n_active, score_abs_sum=abs_active.sum(), **sums, **_gate_sums(g))
+        s = SurrogateInput(ratio=ratio, adv=x.adv, clipped=sat_clip(clipped_nominal, x.adv.sign(), g, cfg),
+                           clipped_nominal=clipped_nominal, active=act, dual_clip=cfg.dual_clip, dratio_dx=None)
+        _, clip_sign = surrogate_part(s, torch.empty_like(d), torch.empty_like(d))
+        r = g.region(cfg)
+        region = TrustRegion(lo=r.lo.view(shape), hi=r.hi.view(shape), c=r.c.view(shape), gated=r.gated.view(shape),
+                             q=q)
+        return Detail(ratio=ratio.view(shape), region=region, clipped=(clip_sign < 0).view(shape))
+
+    loss_mat = attach(x.lp, loss, coef.view(shape), x.adv.view(shape), None if x.weights is None else x.weights.view(shape))
+    return _output(loss_mat, x, coef, parts, g_sums, g_cmin, q, cfg, details, n_scope=n_active,
+                   score_abs_sum=abs_active.sum(), **sums)
 
 
 def sat_gspo_loss(
@@ -255,47 +321,60 @@ def sat_gspo_loss(
         seq_log_ratio = masked_raw.sum(dim=-1) / seq_len
         abs_raw = x.raw.abs()
         n_active = n_seq.sum()
-        sums = dict(n_active=n_active, n_input=x.n_input, kl_log_ratio_sum=masked_raw.sum(),  # unclamped, as verl's gspo
-                    abs_log_ratio_sum=_total(abs_raw, act),
-                    n_unclamped=_total(abs_raw.le_(LOG_RATIO_CLAMP).float(), act))
+        sums = dict(n_active=n_active, kl_log_ratio_sum=masked_raw.sum(),  # unclamped, as verl's gspo
+                    abs_log_ratio_sum=_total(abs_raw, act), n_unclamped=_total(abs_raw.le_(LOG_RATIO_CLAMP).float(), act))
         ref = x.raw if x.ref_raw is None else x.ref_raw
-        token_mask = None
         if cfg.gspo_gate_level == "token":
             score = ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
             abs_active = score.abs().mul_(act)
-            g = gate(score, abs_active, _threshold(abs_active, act, n_active, cfg, group), cfg)
-            sums.update(n_scope=n_active, score_abs_sum=abs_active.sum(), **_gate_sums(g))
+            q = _threshold(abs_active, act, n_active, cfg, group)
+            gate_weights, token_mask = None, None
+            sums.update(n_scope=n_active, score_abs_sum=abs_active.sum())
         else:
             seq_ref = seq_log_ratio if x.ref_raw is None else (x.ref_raw * act).sum(dim=-1) / seq_len
-            has_tokens = (n_seq > 0).float()
+            has_tokens = (n_seq > 0).float().unsqueeze(-1)
             score = seq_ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).unsqueeze(-1)
-            abs_active = score.abs().mul_(has_tokens.unsqueeze(-1))
+            abs_active = score.abs().mul_(has_tokens)
             if cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
-                counts = n_seq.long().unsqueeze(-1)
-                q = _threshold(abs_active, has_tokens.unsqueeze(-1), n_active, cfg, group, counts=counts)
-                g = gate(score, abs_active, q, cfg)
-                weights = n_seq.unsqueeze(-1)
-                sums.update(n_scope=n_active, score_abs_sum=_total(abs_active, weights), **_gate_sums(g, weights))
-                token_mask = act
+                q = _threshold(abs_active, has_tokens, n_active, cfg, group, counts=n_seq.long().unsqueeze(-1))
+                gate_weights, token_mask = n_seq.unsqueeze(-1), act
+                sums.update(n_scope=n_active, score_abs_sum=_total(abs_active, gate_weights))
             else:  # "sequence": one score per response, quantile over responses
                 n_rows = has_tokens.sum()
-                g = gate(score, abs_active, _threshold(abs_active, has_tokens, n_rows, cfg, group), cfg)
-                sums.update(n_scope=n_rows, score_abs_sum=abs_active.sum(), **_gate_sums(g))
+                q = _threshold(abs_active, has_tokens, n_rows, cfg, group)
+                gate_weights, token_mask = None, None
+                sums.update(n_scope=n_rows, score_abs_sum=abs_active.sum())
+        g = gate(score, abs_active, q, cfg)
         if ratio_form == "token":
-            log_s = torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX).unsqueeze(-1)
-            ratio = log_s.exp()
+            ratio = torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX).unsqueeze(-1).exp_()
             dratio_dx = seq_log_ratio.le(GSPO_LOG_RATIO_MAX).unsqueeze(-1).float().mul_(ratio)
     if ratio_form == "token":
         target = x.lp
     else:  # OpenRLHF's form: the sequence mean with its full gradient; the surrogate differentiates the ratio
-        seq_g = torch.where(act > 0, x.lp - old_log_prob.float(), 0.0).sum(dim=-1) / seq_len
+        seq_g = torch.where(act > 0, x.lp - _f32(old_log_prob), 0.0).sum(dim=-1) / seq_len
         target = torch.exp(torch.clamp(seq_g, max=GSPO_LOG_RATIO_MAX)).unsqueeze(-1) * act
         ratio, dratio_dx = target.detach(), None
     with torch.no_grad():
         clipped_nominal = _clip_nominal(ratio, cfg)
-        clipped = sat_clip(clipped_nominal, x.adv.sign(), g, cfg)
-    sur = clipped_surrogate(target, SurrogateInput(ratio=ratio, adv=x.adv, clipped=clipped,
-                                                   clipped_nominal=clipped_nominal, active=act, dual_clip=cfg.dual_clip,
-                                                   dratio_dx=dratio_dx, weights=x.weights))
-    return _output(sur, ratio.expand(act.shape), g, cfg, token_mask=token_mask,
-                   rows=cfg.gspo_gate_level == "sequence", **sums)
+        s = SurrogateInput(ratio=ratio, adv=x.adv, clipped=sat_clip(clipped_nominal, x.adv.sign(), g, cfg),
+                           clipped_nominal=clipped_nominal, active=act, dual_clip=cfg.dual_clip, dratio_dx=dratio_dx,
+                           weights=x.weights)
+        loss, coef = torch.empty_like(x.adv), torch.empty_like(x.adv)
+        counts, clip_sign = surrogate_part(s, loss, coef)
+        g_sums, c_min = _gate_sums(g, gate_weights)
+        g_sums = torch.cat([g_sums, counts])
+
+    def details() -> Detail:
+        gg = g
+        if token_mask is not None:  # the response gate on the response's active tokens
+            gated = g.gated * token_mask
+            gg = Gate(q=q, d=g.d.expand_as(gated), sign=g.sign.expand_as(gated), gated=gated,
+                      c=torch.addcmul(torch.sub(scalar(1.0), gated), g.c, gated))
+        region = gg.region(cfg)
+        if cfg.gspo_gate_level == "sequence":  # one entry per response
+            region = TrustRegion(lo=region.lo.squeeze(-1), hi=region.hi.squeeze(-1), c=region.c.squeeze(-1),
+                                 gated=region.gated.squeeze(-1), q=q)
+        return Detail(ratio=ratio.expand(act.shape), region=region, clipped=clip_sign < 0)
+
+    loss_mat = attach(target, loss, coef, x.adv, x.weights)
+    return _output(loss_mat, x, coef, _Parts([], []), g_sums, c_min, q, cfg, details, **sums)

@@ -1,15 +1,15 @@
-"""PPO's clipped surrogate with per-token bounds as one autograd Function: SAT's fast path (Eq. 18-19).
+"""PPO's clipped surrogate with per-token bounds: SAT's fast path (Eq. 18-19), value and gradient share
+computed without an autograd graph, then attached to x by one autograd Function.
 
-Forward (no autograd graph kept), dense and branch-free, in the products ``p = A x`` (x = r, the clipped
-ratio ``cr``; ``-A x`` is the loss's branch, so every comparison of verl's ``vanilla`` holds with the sides
-swapped):
+Value, dense and branch-free, in the products ``p = A x`` (x = r, the clipped ratio ``cr``; ``-A x`` is the
+loss's branch, so every comparison of verl's ``vanilla`` holds with the sides swapped):
 
     loss = -max(min(A r, A cr), -|A| C)      (= max(-A r, -A cr), then min(., -A C) where A < 0)
 
 with the same float products as ``vanilla``, so that c == 1 is it bit for bit (-|A| C is below both products
-where A >= 0, so the dual clip only acts where A < 0).
+where A > 0, so the dual clip only acts where A < 0).
 
-Backward: ``d loss / d x = ((g w) A) coef`` with ``coef = -(dr/dx) K``, K in {0, 1/4, 1/2, 1} the share of
+Gradient: ``d loss / d x = ((g w) A) coef`` with ``coef = -(dr/dx) K``, K in {0, 1/4, 1/2, 1} the share of
 the unclipped branch that autograd gives the textbook formula: torch.maximum / torch.minimum split a float
 tie in half, and a tie inside the interval (cr == r) passes both halves, so with s = sign:
 
@@ -17,7 +17,8 @@ tie in half, and a tie inside the interval (cr == r) passes both halves, so with
 
 Saved: ``coef``, 4 bytes per token; the advantages and weights are the caller's tensors. x is the log-prob
 (``dr/dx`` = r where the log-ratio clamp passes, else 0) or, for OpenRLHF's sequence ratio, the ratio
-itself (``dr/dx`` = 1).
+itself (``dr/dx`` = 1). The value and coef of a call may be computed in parts (:func:`surrogate_part` on
+slices, into slices of the outputs) before :func:`attach` gives the loss its graph.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from dataclasses import dataclass
 
 import torch
 
+from .scalars import scalar
+
 
 @dataclass
 class SurrogateInput:
-    """One loss call's tensors (shapes broadcast to the advantages'); ``active`` is 0/1 float32."""
+    """Tensors of (a part of) one loss call, broadcasting to the advantages' shape; ``active`` is 0/1 float32."""
 
     ratio: torch.Tensor  # r, detached
     adv: torch.Tensor  # A, finite (0 where an input was not)
@@ -41,54 +44,51 @@ class SurrogateInput:
     weights: torch.Tensor | None = None  # finite per-token loss weights
 
 
-@dataclass
-class SurrogateOutput:
-    """The per-token loss (with its graph to x), the clip counts over the active tokens *negated* (sums of
-    -1 indicators: the metrics take them with a minus sign), and the sign of A cr - A r (-1: clipped)."""
-
-    loss_mat: torch.Tensor
-    neg_n_clipped: torch.Tensor
-    neg_n_dual_clipped: torch.Tensor
-    neg_n_nominal_clipped: torch.Tensor
-    clip_sign: torch.Tensor
-
-    @property
-    def clipped(self) -> torch.Tensor:
-        """-A clip(r) > -A r, dense bool."""
-        return self.clip_sign < 0
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dim() == 1 else t.reshape(-1)
 
 
 def _count(indicator: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-    """The sum of the 0/-1 (or 0/1) ``indicator`` over the active tokens (a dot product: exact for counts below
-    2^24 per BLAS accumulator)."""
-    return torch.dot(indicator.reshape(-1), active.reshape(-1))
+    """The sum of the 0/-1 ``indicator`` over the active tokens (a dot product: exact for counts below 2^24 per
+    BLAS accumulator)."""
+    return torch.dot(_flat(indicator), _flat(active))
 
 
-class _ClippedSurrogate(torch.autograd.Function):
+def surrogate_part(s: SurrogateInput, loss: torch.Tensor, coef: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write the per-token loss (times the weights) into ``loss`` and ``-(dr/dx) K`` into ``coef`` (the
+    advantages' shape); return the clip counts over the active tokens *negated* (sums of -1 indicators:
+    clipped, dual-clipped, clipped by the nominal interval too) and the sign of A cr - A r (-1: clipped)."""
+    a, r, cr = s.adv, s.ratio, s.clipped
+    p1, p2 = a * r, a * cr
+    u = torch.minimum(p1, p2)
+    clip_sign = torch.sub(p2, p1).sign_()
+    k = torch.add(clip_sign, torch.eq(cr, r)).add_(scalar(1.0))  # 2 K_clip
+    if s.dual_clip is None:
+        torch.neg(u, out=loss)
+        n_dual, scale = torch.zeros((), device=a.device), -0.5
+    else:
+        p3 = a.abs().mul_(scalar(-s.dual_clip))
+        dual_sign = torch.sub(u, p3).sign_()
+        n_dual = _count(dual_sign.clamp_max(0.0), s.active)
+        torch.maximum(u, p3, out=loss).neg_()
+        k.mul_(dual_sign.add_(scalar(1.0)))  # 4 K
+        scale = -0.25
+    if s.dratio_dx is None:
+        torch.mul(k, scalar(scale), out=coef)
+    else:
+        torch.mul(k.mul_(scalar(scale)), s.dratio_dx, out=coef)
+    if s.weights is not None:
+        loss.mul_(s.weights)
+    nominal = torch.mul(a, s.clipped_nominal).sub_(p1).sign_().clamp_max_(0.0)
+    counts = torch.stack([_count(clip_sign.clamp_max(0.0), s.active), n_dual, _count(nominal, s.active)])
+    return counts, clip_sign
+
+
+class _Attach(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, s: SurrogateInput, out: dict):  # type: ignore[override]
-        a, r, cr = s.adv, s.ratio, s.clipped
-        p1, p2 = a * r, a * cr
-        u = torch.minimum(p1, p2)
-        clip_sign = torch.sub(p2, p1).sign_()
-        k = torch.add(clip_sign, torch.eq(cr, r)).add_(1.0)  # 2 K_clip
-        if s.dual_clip is None:
-            loss, n_dual, scale = u.neg_(), torch.zeros((), device=a.device), -0.5
-        else:
-            p3 = a.abs().mul_(-s.dual_clip)
-            dual_sign = torch.sub(u, p3).sign_()
-            n_dual = _count(dual_sign.clamp_max(0.0), s.active)
-            loss = torch.maximum(u, p3).neg_()
-            k.mul_(dual_sign.add_(1.0))  # 4 K
-            scale = -0.25
-        coef = k.mul_(scale) if s.dratio_dx is None else k.mul_(scale).mul_(s.dratio_dx)
-        if s.weights is not None:
-            loss.mul_(s.weights)
-        nominal = torch.mul(a, s.clipped_nominal).sub_(p1).sign_().clamp_max_(0.0)
-        out.update(neg_n_clipped=_count(clip_sign.clamp_max(0.0), s.active), neg_n_dual_clipped=n_dual,
-                   neg_n_nominal_clipped=_count(nominal, s.active), clip_sign=clip_sign)
+    def forward(ctx, x, loss, coef, adv, weights):  # type: ignore[override]
         ctx.save_for_backward(coef)
-        ctx.adv, ctx.weights, ctx.x_dtype = a, s.weights, x.dtype
+        ctx.adv, ctx.weights, ctx.x_dtype = adv, weights, x.dtype
         return loss.view(x.shape)
 
     @staticmethod
@@ -98,11 +98,10 @@ class _ClippedSurrogate(torch.autograd.Function):
         if ctx.weights is not None:
             g.mul_(ctx.adv)
         g.mul_(coef)  # ((g w) A) (-(dr/dx) K) == ((g w) (-A)) (dr/dx) K, as autograd orders it
-        return g.to(ctx.x_dtype), None, None
+        return g.to(ctx.x_dtype), None, None, None, None
 
 
-def clipped_surrogate(x: torch.Tensor, s: SurrogateInput) -> SurrogateOutput:
-    """The per-token clipped surrogate of ``s`` with its gradient flowing to ``x`` (the advantages' shape)."""
-    out: dict = {}
-    loss = _ClippedSurrogate.apply(x, s, out)
-    return SurrogateOutput(loss_mat=loss, **out)
+def attach(x: torch.Tensor, loss: torch.Tensor, coef: torch.Tensor, adv: torch.Tensor,
+           weights: torch.Tensor | None) -> torch.Tensor:
+    """``loss`` (computed without a graph, x's shape) with the gradient ``((g w) A) coef`` flowing to x."""
+    return _Attach.apply(x, loss, coef, adv, weights)

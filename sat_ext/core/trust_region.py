@@ -22,6 +22,7 @@ import torch.distributed as dist
 from .config import SATConfig
 from .kernels import C_FLOOR, contraction
 from .quantile import global_masked_quantile, quantile_of_zeroed, weighted_quantile
+from .scalars import scalar
 
 _TINY = torch.finfo(torch.float32).tiny
 
@@ -62,8 +63,11 @@ class Gate:
     def endpoint(self, cfg: SATConfig) -> torch.Tensor:
         """Eq. 17's moved endpoint on d's side, signed: ``1 + eps_high c`` where d > 0, ``-(1 - eps_low c)``
         where d < 0 (the same float operations as the bound: ``-(1 - x) == -1 + x`` exactly)."""
-        eps = cfg.eps_high if cfg.eps_high == cfg.eps_low else torch.where(self.sign > 0, cfg.eps_high, cfg.eps_low)
-        return (self.c * eps).add_(self.sign)
+        if cfg.eps_high == cfg.eps_low:
+            eps = scalar(cfg.eps_high)
+        else:
+            eps = torch.where(self.sign > 0, scalar(cfg.eps_high), scalar(cfg.eps_low))
+        return torch.mul(self.c, eps).add_(self.sign)
 
     def region(self, cfg: SATConfig) -> TrustRegion:
         """The bounds as dense tensors (Eq. 17; c == 1 keeps the nominal endpoint bit for bit)."""
@@ -99,12 +103,12 @@ def gate_threshold(
 def gate(d: torch.Tensor, abs_active: torch.Tensor, q: torch.Tensor, cfg: SATConfig) -> Gate:
     """Eq. 15-16 for the detached, finite score ``d`` given ``abs_active`` = |d| on the active entries and 0
     elsewhere, and the threshold q (Eq. 14)."""
-    gated = torch.gt(abs_active, torch.where(q > 0, q, torch.inf)).float()  # Eq. 16: the strict gate, q > 0
+    gated = torch.gt(abs_active, torch.where(q > scalar(0.0), q, scalar(torch.inf))).float()  # Eq. 16, q > 0
     q_safe = q.clamp_min(_TINY)  # the kernel is evaluated everywhere and kept on the gate only
     c = contraction(abs_active.clamp_min(q_safe), q_safe, cfg.kernel, cfg.exponent)
     if cfg.c_min > C_FLOOR:
         c = c.clamp_min_(cfg.c_min)
-    c = torch.addcmul(1.0 - gated, c, gated)  # c on the gate, exactly 1 elsewhere
+    c = torch.addcmul(torch.sub(scalar(1.0), gated), c, gated)  # c on the gate, exactly 1 elsewhere
     return Gate(q=q, d=d, sign=d.sign(), gated=gated, c=c)
 
 
@@ -119,9 +123,9 @@ def sat_clip(clipped_nominal: torch.Tensor, adv_sign: torch.Tensor, g: Gate, cfg
     """
     if cfg.c_min >= 1:  # c == 1 everywhere: the nominal clip bit for bit
         return clipped_nominal
-    moved = (g.sign * adv_sign).clamp_min_(0.0).mul_(g.gated)
-    e = torch.add(g.endpoint(cfg), 1.0 - moved, alpha=4.0 + cfg.eps_high + cfg.eps_low)
-    return torch.minimum(adv_sign * clipped_nominal, e).mul_(adv_sign)
+    moved = torch.mul(g.sign, adv_sign).clamp_min_(0.0).mul_(g.gated).sub_(scalar(1.0))  # 0 moved, -1 not
+    e = torch.add(g.endpoint(cfg), moved, alpha=-(4.0 + cfg.eps_high + cfg.eps_low))
+    return torch.minimum(torch.mul(adv_sign, clipped_nominal), e).mul_(adv_sign)
 
 
 def adaptive_trust_region(
