@@ -1,7 +1,7 @@
 """The diagnostics of one SAT loss call: the paper's Table 10 and Eq. 52, plus sat_ext's counters and verl's
 own keys, always the same key set (:data:`METRIC_KEYS`), as one float32 vector (one device-to-host copy).
 
-The loss measures the sums of :class:`Sums` (0-d tensors, no host read); every metric is a ratio of two
+The loss measures the sums of :data:`SUM_NAMES` (one float32 vector, no host read); every metric is a ratio of two
 linear combinations of them (plus a constant), evaluated by one matrix-vector product in float32
 (:func:`metric_vector`; the coefficients are the rows of :func:`_coefficients`). Fractions divide
 by max(n, 1), n an exact count: the active tokens (less the non-finite ones), or the gate scope's entries
@@ -11,7 +11,6 @@ for the Table 10 rows (responses, for SAT-GSPO's ``sequence`` option).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
 
 import torch
 
@@ -34,35 +33,29 @@ METRIC_KEYS = (
 )
 
 
-@dataclass
-class Sums:
-    """Counts and sums of one loss call (0-d float32 tensors). Token counts are over the active tokens (less
-    the non-finite ones); the gate's are over its scope's entries (tokens, or responses for ``sequence``).
-    The clip counts come negated, as sums of -1 indicators."""
-
-    n_active: torch.Tensor
-    n_input: torch.Tensor  # active tokens as given
-    n_unclamped: torch.Tensor  # active tokens whose |log-ratio| is at most 20
-    abs_log_ratio_sum: torch.Tensor  # sum of |log r_tok| (Eq. 52)
-    kl_log_ratio_sum: torch.Tensor  # sum of the log-ratio verl's ppo_kl is reported on
-    n_scope: torch.Tensor  # active entries of the gate scope
-    score_abs_sum: torch.Tensor  # sum of |d| over them
-    n_gated: torch.Tensor
-    deficit_sum: torch.Tensor  # sum over the gate of (1 - c)
-    deficit_signed_sum: torch.Tensor  # sum over the gate of (1 - c) sign(d)
-    contraction_min: torch.Tensor  # min c over the gate (1 off it)
-    q: torch.Tensor
-    neg_n_clipped: torch.Tensor  # -#{-A clip(r) > -A r} (verl's pg_clipfrac)
-    neg_n_dual_clipped: torch.Tensor
-    neg_n_nominal_clipped: torch.Tensor  # clipped by the nominal interval too (SAT's lies inside it)
-
-
-_NAMES = tuple(f.name for f in fields(Sums))
+SUM_NAMES = (
+    "n_active",  # active tokens, less the non-finite ones
+    "n_input",  # active tokens as given
+    "abs_log_ratio_sum",  # sum of |log r_tok| (Eq. 52)
+    "kl_log_ratio_sum",  # sum of the log-ratio verl's ppo_kl is reported on
+    "n_scope",  # active entries of the gate scope (tokens, or responses for "sequence")
+    "contraction_min",  # min c over the gate (1 off it)
+    "q",
+    "n_unclamped",  # active tokens whose |log-ratio| is at most 20
+    "score_abs_sum",  # sum of |d| over the gate scope
+    "n_gated",
+    "deficit_sum",  # sum over the gate of (1 - c)
+    "deficit_signed_sum",  # sum over the gate of (1 - c) sign(d)
+    "neg_n_clipped",  # -#{-A clip(r) > -A r} (verl's pg_clipfrac): the clip counts come as sums of -1 indicators
+    "neg_n_dual_clipped",
+    "neg_n_nominal_clipped",  # clipped by the nominal interval too (SAT's lies inside it)
+)
+"""The sums one loss call measures, in the order of the float32 vector :func:`metric_vector` takes."""
 
 
 def _row(one: float = 0.0, **coef: float) -> list[float]:
     """Coefficients of the sums, then the constant."""
-    return [coef.get(name, 0.0) for name in _NAMES] + [one]
+    return [coef.get(name, 0.0) for name in SUM_NAMES] + [one]
 
 
 @functools.lru_cache(maxsize=16)
@@ -98,10 +91,11 @@ def _coefficients(eps_low: float, eps_high: float, device: torch.device) -> tupl
     return table[:, :-1].contiguous(), table[:, -1].contiguous(), offset
 
 
-def metric_vector(s: Sums, eps_low: float, eps_high: float) -> torch.Tensor:
-    """Every metric of :data:`METRIC_KEYS`, in that order, as one float32 vector."""
-    coef, const, offset = _coefficients(eps_low, eps_high, s.q.device)
-    num, den = torch.addmv(const, coef, torch.stack([getattr(s, n) for n in _NAMES])).view(2, -1)
+def metric_vector(sums: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
+    """Every metric of :data:`METRIC_KEYS`, in that order, as one float32 vector, from the sums of
+    :data:`SUM_NAMES` (a float32 vector in that order)."""
+    coef, const, offset = _coefficients(eps_low, eps_high, sums.device)
+    num, den = torch.addmv(const, coef, sums).view(2, -1)
     return num.div_(den.clamp_min_(1.0)).add_(offset)
 
 

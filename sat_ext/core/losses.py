@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from .config import GSPO_LOG_RATIO_MAX, LOG_RATIO_CLAMP, SATConfig
-from .diagnostics import METRIC_KEYS, Sums, metric_dict, metric_vector
+from .diagnostics import METRIC_KEYS, metric_dict, metric_vector
 from .quantile import global_masked_quantile, quantile_of_zeroed, weighted_quantile
 from .scalars import scalar
 from .surrogate import SurrogateInput, attach, surrogate_part
@@ -148,22 +148,22 @@ def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_lo
         with torch.enable_grad():  # the upcast stays in the graph
             lp = lp.float()
     shape = _flat if flat else (lambda t: t)
-    lp_value, mask = shape(lp.detach()), shape(mask)
+    lp_value, mask = shape(lp), shape(mask)  # under no_grad: no graph
     adv = shape(_f32(advantages))
     raw = lp_value - shape(_f32(old_log_prob))
     ref_raw = None if rollout is None else lp_value - shape(_f32(rollout))
     weights = None if rollout_is_weights is None else shape(_f32(rollout_is_weights))
-    keep = torch.mul(raw, scalar(0.0))
+    keep = torch.addcmul(scalar(1.0), raw, scalar(0.0))  # 1 + x * 0: NaN where x is not finite
     for t in (adv, ref_raw, weights):
         if t is not None:
-            keep.add_(t, alpha=0.0)  # NaN where t is not finite
-    keep.nan_to_num_(nan=-1.0).add_(scalar(1.0))  # 1 where every input is finite, else 0
+            keep.addcmul_(t, scalar(0.0))
+    keep.nan_to_num_(nan=0.0)  # 1 where every input is finite, else 0
     adv = adv.nan_to_num(0.0, 0.0, 0.0).mul_(keep)
     if weights is not None:
         weights = weights.nan_to_num(0.0, 0.0, 0.0)
     if ref_raw is not None:
         ref_raw.nan_to_num_(0.0, 0.0, 0.0)
-    mask_f = mask.to(torch.float32)
+    mask_f = mask.float()
     return _Inputs(lp=lp, raw=raw.nan_to_num_(0.0, 0.0, 0.0), adv=adv, active=keep.mul_(mask_f), n_input=mask_f.sum(),
                    ref_raw=ref_raw, weights=weights)
 
@@ -186,52 +186,54 @@ def _threshold(abs_active: torch.Tensor, active: torch.Tensor, n: torch.Tensor, 
     return quantile_of_zeroed(_flat(abs_active), n, cfg.quantile, cfg.quantile_rule)
 
 
-def _gate_sums(g: Gate, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Table 10's sums over (a part of) the gate scope, each entry counted ``weights`` times (a response's
-    tokens): (n_gated, sum of 1 - c, sum of (1 - c) sign(d)) and min c (1 off the gate)."""
-    deficit = torch.sub(scalar(1.0), g.c)  # 0 off the gate
-    if weights is None:
-        sums = [g.gated.sum(), deficit.sum(), _total(deficit, g.sign)]
-    else:
-        sums = [_total(g.gated, weights), _total(deficit, weights), _total(deficit.mul_(g.sign), weights)]
-    return torch.stack(sums), g.c.amin() if g.c.numel() else g.c.new_ones(())
+def _deficit(g: Gate) -> torch.Tensor:
+    """1 - c on the gate, 0 off it (Table 10's contraction deficit)."""
+    return torch.sub(scalar(1.0), g.c)
+
+
+def _c_min(g: Gate) -> torch.Tensor:
+    """min c over (a part of) the gate scope, 1 off the gate (and for no entry at all)."""
+    return g.c.amin() if g.c.numel() else g.c.new_ones(())
 
 
 def _clip_nominal(ratio: torch.Tensor, cfg: SATConfig) -> torch.Tensor:
     return ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
 
 
-def _chunks(n: int, device: torch.device, row: int = 1) -> list[slice]:
-    """Static slices of the n entries (multiples of ``row``) the per-token pass walks through: on the CPU parts of
-    about :data:`CHUNK` entries, whose temporaries stay in the cache and are reused by the allocator instead of
-    being paged in afresh (the cost of a large call); on a GPU one part."""
-    step = n if device.type != "cpu" else max(row, CHUNK // row * row)
-    return [slice(i, min(i + step, n)) for i in range(0, n, step)] if n > step else [slice(0, n)]
-
-
 CHUNK = 1 << 15
 
 
-@dataclass
-class _Parts:
-    """Per-part results: the gate's and the surrogate's sums (n_gated, deficit sums, negated clip counts) and
-    min c, summed / minimised over the parts."""
-
-    sums: list[torch.Tensor]
-    c_min: list[torch.Tensor]
-
-    def total(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if len(self.sums) == 1:
-            return self.sums[0], self.c_min[0]
-        return torch.stack(self.sums).sum(0), torch.stack(self.c_min).amin()
+def _chunks(n: int, device: torch.device, row: int = 1) -> list[slice | None]:
+    """Static slices of the n rows of ``row`` entries the per-token pass walks through (None: all at once): on
+    the CPU parts of about :data:`CHUNK` entries, whose temporaries stay in the cache and are reused by the
+    allocator instead of being paged in afresh (the cost of a large call); on a GPU one part."""
+    step = max(CHUNK // max(row, 1), 1)
+    if device.type != "cpu" or n <= step:
+        return [None]
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
-def _output(loss, x: _Inputs, coef, parts: _Parts, g_sums, g_cmin, q, cfg, details, **sums) -> SATLossOutput:
-    n_gated, deficit_sum, deficit_signed, clip, dual, nominal = g_sums.unbind()
-    s = Sums(n_gated=n_gated, deficit_sum=deficit_sum, deficit_signed_sum=deficit_signed, contraction_min=g_cmin,
-             q=q, neg_n_clipped=clip, neg_n_dual_clipped=dual, neg_n_nominal_clipped=nominal, n_input=x.n_input,
-             **sums)
-    return SATLossOutput(loss_mat=loss, metric_vector=metric_vector(s, cfg.eps_low, cfg.eps_high), details=details)
+def _part(t: torch.Tensor | None, sl: slice | None) -> torch.Tensor | None:
+    return t if t is None or sl is None else t[sl]
+
+
+def _surrogate_input(ratio, adv, g: Gate, act, dratio_dx, weights, cfg: SATConfig) -> SurrogateInput:
+    clipped_nominal = _clip_nominal(ratio, cfg)
+    return SurrogateInput(ratio=ratio, adv=adv, clipped=sat_clip(clipped_nominal, adv.sign(), g, cfg),
+                          clipped_nominal=clipped_nominal, active=act, dual_clip=cfg.dual_clip, dratio_dx=dratio_dx,
+                          weights=weights)
+
+
+def _indicator_rows(indicators: list[torch.Tensor], cfg: SATConfig) -> list[torch.Tensor]:
+    """The clip indicators in :data:`SUM_NAMES` order (a zero row for the dual clip when there is none)."""
+    if cfg.dual_clip is None:
+        return [indicators[0], torch.zeros_like(indicators[0]), indicators[1]]
+    return indicators
+
+
+def _result(loss_mat, sums: torch.Tensor, cfg: SATConfig, details) -> SATLossOutput:
+    return SATLossOutput(loss_mat=loss_mat, metric_vector=metric_vector(sums, cfg.eps_low, cfg.eps_high),
+                         details=details)
 
 
 # ----------------------------------------------------------------------------------------------- the losses
@@ -253,12 +255,11 @@ def sat_token_loss(
         x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights, flat=True)
         act = x.active
         abs_raw = x.raw.abs()
-        passes = abs_raw.le(LOG_RATIO_CLAMP).float()  # the clamp's gradient gate, as verl's vanilla
+        passes = torch.le(abs_raw, scalar(LOG_RATIO_CLAMP)).float()  # the clamp's gradient gate, as verl's vanilla
         n_active = act.sum()
-        sums = dict(n_active=n_active, n_unclamped=_total(passes, act), abs_log_ratio_sum=_total(abs_raw, act))
+        abs_sum = _total(abs_raw, act)
         d = x.raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # Eq. 13 (x.raw is this call's own tensor)
-        # on the clamped log-ratio and summed as verl's vanilla sums ppo_kl (its masked_mean), bit for bit
-        sums["kl_log_ratio_sum"] = torch.mul(d, act).sum()
+        kl_sum = torch.mul(d, act).sum()  # clamped and summed as verl's vanilla does for ppo_kl, bit for bit
         if x.ref_raw is None:
             score, abs_active = d, abs_raw.clamp_max_(LOG_RATIO_CLAMP).mul_(act)
         else:
@@ -266,36 +267,33 @@ def sat_token_loss(
             abs_active = score.abs().mul_(act)
         q = _threshold(abs_active, act, n_active, cfg, group)
         loss, coef = torch.empty_like(d), torch.empty_like(d)
-        parts = _Parts([], [])
+        part_sums, c_min = [], []
         for sl in _chunks(d.numel(), d.device):
-            g = gate(score[sl], abs_active[sl], q, cfg)
-            ratio = d[sl].exp()
-            clipped_nominal = _clip_nominal(ratio, cfg)
-            adv, w = x.adv[sl], None if x.weights is None else x.weights[sl]
-            s = SurrogateInput(ratio=ratio, adv=adv, clipped=sat_clip(clipped_nominal, adv.sign(), g, cfg),
-                               clipped_nominal=clipped_nominal, active=act[sl], dual_clip=cfg.dual_clip,
-                               dratio_dx=passes[sl].mul_(ratio), weights=w)
-            counts, _ = surrogate_part(s, loss[sl], coef[sl])
-            g_sums, c_min = _gate_sums(g)
-            parts.sums.append(torch.cat([g_sums, counts]))
-            parts.c_min.append(c_min)
-        g_sums, g_cmin = parts.total()
+            g = gate(_part(score, sl), _part(abs_active, sl), q, cfg)
+            ratio, pas, act_part = _part(d, sl).exp(), _part(passes, sl), _part(act, sl)
+            s = _surrogate_input(ratio, _part(x.adv, sl), g, act_part, torch.mul(pas, ratio), _part(x.weights, sl), cfg)
+            indicators, _ = surrogate_part(s, _part(loss, sl), _part(coef, sl))
+            deficit = _deficit(g)
+            rows = [pas, _part(abs_active, sl), g.gated, deficit, deficit * g.sign, *_indicator_rows(indicators, cfg)]
+            part_sums.append(torch.mv(torch.stack(rows), act_part))  # SUM_NAMES n_unclamped .. neg_n_nominal
+            c_min.append(_c_min(g))
+        if len(part_sums) > 1:
+            part_sums, c_min = [torch.stack(part_sums).sum(0)], [torch.stack(c_min).amin()]
+        head = torch.stack([n_active, x.n_input, abs_sum, kl_sum, n_active, c_min[0], q])
+        sums = torch.cat([head, part_sums[0]])
 
     def details() -> Detail:
         g = gate(score, abs_active, q, cfg)
         ratio = d.exp()
-        clipped_nominal = _clip_nominal(ratio, cfg)
-        s = SurrogateInput(ratio=ratio, adv=x.adv, clipped=sat_clip(clipped_nominal, x.adv.sign(), g, cfg),
-                           clipped_nominal=clipped_nominal, active=act, dual_clip=cfg.dual_clip, dratio_dx=None)
-        _, clip_sign = surrogate_part(s, torch.empty_like(d), torch.empty_like(d))
+        _, clip_sign = surrogate_part(_surrogate_input(ratio, x.adv, g, act, None, None, cfg), torch.empty_like(d),
+                                      torch.empty_like(d))
         r = g.region(cfg)
         region = TrustRegion(lo=r.lo.view(shape), hi=r.hi.view(shape), c=r.c.view(shape), gated=r.gated.view(shape),
                              q=q)
         return Detail(ratio=ratio.view(shape), region=region, clipped=(clip_sign < 0).view(shape))
 
-    loss_mat = attach(x.lp, loss, coef.view(shape), x.adv.view(shape), None if x.weights is None else x.weights.view(shape))
-    return _output(loss_mat, x, coef, parts, g_sums, g_cmin, q, cfg, details, n_scope=n_active,
-                   score_abs_sum=abs_active.sum(), **sums)
+    weights = None if x.weights is None else x.weights.view(shape)
+    return _result(attach(x.lp, loss, coef.view(shape), x.adv.view(shape), weights), sums, cfg, details)
 
 
 def sat_gspo_loss(
@@ -321,33 +319,39 @@ def sat_gspo_loss(
         seq_log_ratio = masked_raw.sum(dim=-1) / seq_len
         abs_raw = x.raw.abs()
         n_active = n_seq.sum()
-        sums = dict(n_active=n_active, kl_log_ratio_sum=masked_raw.sum(),  # unclamped, as verl's gspo
-                    abs_log_ratio_sum=_total(abs_raw, act), n_unclamped=_total(abs_raw.le_(LOG_RATIO_CLAMP).float(), act))
+        # SUM_NAMES n_active .. kl_log_ratio_sum (ppo_kl on the unclamped log-ratio, summed as verl's gspo does)
+        head = [n_active, x.n_input, torch.mul(abs_raw, act).sum(), masked_raw.sum()]
+        n_unclamped = torch.mul(abs_raw.le_(scalar(LOG_RATIO_CLAMP)), act).sum()
         ref = x.raw if x.ref_raw is None else x.ref_raw
+        gate_weights, token_mask = None, None
         if cfg.gspo_gate_level == "token":
             score = ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
             abs_active = score.abs().mul_(act)
             q = _threshold(abs_active, act, n_active, cfg, group)
-            gate_weights, token_mask = None, None
-            sums.update(n_scope=n_active, score_abs_sum=abs_active.sum())
+            n_scope = n_active
         else:
             seq_ref = seq_log_ratio if x.ref_raw is None else (x.ref_raw * act).sum(dim=-1) / seq_len
-            has_tokens = (n_seq > 0).float().unsqueeze(-1)
             score = seq_ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).unsqueeze(-1)
+            has_tokens = torch.gt(n_seq, scalar(0.0)).float().unsqueeze(-1)
             abs_active = score.abs().mul_(has_tokens)
             if cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
-                q = _threshold(abs_active, has_tokens, n_active, cfg, group, counts=n_seq.long().unsqueeze(-1))
-                gate_weights, token_mask = n_seq.unsqueeze(-1), act
-                sums.update(n_scope=n_active, score_abs_sum=_total(abs_active, gate_weights))
+                if cfg.gate_scope == "global":
+                    q = _threshold(abs_active, has_tokens, n_active, cfg, group, counts=n_seq.long().unsqueeze(-1))
+                else:  # the token quantile of the broadcast scores
+                    q = quantile_of_zeroed(torch.mul(abs_active, act).view(-1), n_active, cfg.quantile,
+                                           cfg.quantile_rule)
+                gate_weights, token_mask, n_scope = n_seq.unsqueeze(-1), act, n_active
             else:  # "sequence": one score per response, quantile over responses
-                n_rows = has_tokens.sum()
-                q = _threshold(abs_active, has_tokens, n_rows, cfg, group)
-                gate_weights, token_mask = None, None
-                sums.update(n_scope=n_rows, score_abs_sum=abs_active.sum())
+                n_scope = has_tokens.sum()
+                q = _threshold(abs_active, has_tokens, n_scope, cfg, group)
         g = gate(score, abs_active, q, cfg)
+        deficit = _deficit(g)
+        gate_rows = torch.stack([abs_active, g.gated, deficit, deficit * g.sign]).view(4, -1)
+        # SUM_NAMES score_abs_sum .. deficit_signed_sum, each entry counted once or n_i times
+        gate_sums = gate_rows.sum(1) if gate_weights is None else torch.mv(gate_rows, gate_weights.view(-1))
         if ratio_form == "token":
             ratio = torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX).unsqueeze(-1).exp_()
-            dratio_dx = seq_log_ratio.le(GSPO_LOG_RATIO_MAX).unsqueeze(-1).float().mul_(ratio)
+            dratio_dx = torch.le(seq_log_ratio, scalar(GSPO_LOG_RATIO_MAX)).unsqueeze(-1).float().mul_(ratio)
     if ratio_form == "token":
         target = x.lp
     else:  # OpenRLHF's form: the sequence mean with its full gradient; the surrogate differentiates the ratio
@@ -355,14 +359,17 @@ def sat_gspo_loss(
         target = torch.exp(torch.clamp(seq_g, max=GSPO_LOG_RATIO_MAX)).unsqueeze(-1) * act
         ratio, dratio_dx = target.detach(), None
     with torch.no_grad():
-        clipped_nominal = _clip_nominal(ratio, cfg)
-        s = SurrogateInput(ratio=ratio, adv=x.adv, clipped=sat_clip(clipped_nominal, x.adv.sign(), g, cfg),
-                           clipped_nominal=clipped_nominal, active=act, dual_clip=cfg.dual_clip, dratio_dx=dratio_dx,
-                           weights=x.weights)
         loss, coef = torch.empty_like(x.adv), torch.empty_like(x.adv)
-        counts, clip_sign = surrogate_part(s, loss, coef)
-        g_sums, c_min = _gate_sums(g, gate_weights)
-        g_sums = torch.cat([g_sums, counts])
+        clip_sums = []
+        for sl in _chunks(act.shape[0], act.device, act.shape[-1]):
+            gp = g if sl is None else Gate(q=q, d=g.d[sl], sign=g.sign[sl], gated=g.gated[sl], c=g.c[sl])
+            act_part = _part(act, sl)
+            s = _surrogate_input(_part(ratio, sl), _part(x.adv, sl), gp, act_part, _part(dratio_dx, sl),
+                                 _part(x.weights, sl), cfg)
+            indicators, _ = surrogate_part(s, _part(loss, sl), _part(coef, sl))
+            clip_sums.append(torch.mv(torch.stack(_indicator_rows(indicators, cfg)).view(3, -1), act_part.view(-1)))
+        clip_sums = clip_sums[0] if len(clip_sums) == 1 else torch.stack(clip_sums).sum(0)
+        sums = torch.cat([torch.stack([*head, n_scope, _c_min(g), q, n_unclamped]), gate_sums, clip_sums])
 
     def details() -> Detail:
         gg = g
@@ -374,7 +381,8 @@ def sat_gspo_loss(
         if cfg.gspo_gate_level == "sequence":  # one entry per response
             region = TrustRegion(lo=region.lo.squeeze(-1), hi=region.hi.squeeze(-1), c=region.c.squeeze(-1),
                                  gated=region.gated.squeeze(-1), q=q)
+        s = _surrogate_input(ratio, x.adv, g, act, None, None, cfg)
+        _, clip_sign = surrogate_part(s, torch.empty_like(x.adv), torch.empty_like(x.adv))
         return Detail(ratio=ratio.expand(act.shape), region=region, clipped=clip_sign < 0)
 
-    loss_mat = attach(target, loss, coef, x.adv, x.weights)
-    return _output(loss_mat, x, coef, _Parts([], []), g_sums, c_min, q, cfg, details, **sums)
+    return _result(attach(target, loss, coef, x.adv, x.weights), sums, cfg, details)

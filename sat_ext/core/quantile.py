@@ -66,12 +66,12 @@ def _s_max(numel: int, level: float, rule: str) -> int:
 
 def top_ranks(n: torch.Tensor, level: float, rule: str, n_max: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Ranks from the top (0 = the largest) of the order statistics the quantile of n selected values takes,
-    as a 1-d int64 tensor (one entry, or two for ``linear``), and the weight of the second (``linear``).
+    as an int64 tensor (0-d, or two entries for ``linear``), and the weight of the second (``linear``).
 
     inverse_cdf: s = n - ceil(level n) = floor((1 - level) n), level = a / b exactly; linear: s = n - 1 - k for
     k = floor(pos) and min(k + 1, n - 1). n is a 0-d tensor; ``n_max`` (a bound on n) picks the integer path.
     """
-    n = n.reshape(1).long()
+    n = n.long()
     if rule == "inverse_cdf":
         a = _decimal(level)
         b, c = a.denominator, a.denominator - a.numerator
@@ -84,6 +84,7 @@ def top_ranks(n: torch.Tensor, level: float, rule: str, n_max: int) -> tuple[tor
         return t - (r < 0).long() + (r >= b).long(), None
     if rule != "linear":
         raise ValueError(f"unknown quantile rule {rule!r} (one of {list(RULES)})")
+    n = n.reshape(1)
     pos = (n - 1).double() * level
     kf = torch.floor(pos)
     kc = torch.minimum(kf + 1, (n - 1).double())
@@ -92,8 +93,8 @@ def top_ranks(n: torch.Tensor, level: float, rule: str, n_max: int) -> tuple[tor
 
 
 def _interpolate(x: torch.Tensor, frac: torch.Tensor | None) -> torch.Tensor:
-    """The quantile from its order statistic(s) ``x``: x[0], or lerp(x[0], x[1], frac) (``linear``)."""
-    return x[0] if frac is None else torch.lerp(x[0], x[1], frac[0])
+    """The quantile from its order statistic(s) ``x``: x (0-d), or lerp(x[0], x[1], frac) (``linear``)."""
+    return x if frac is None else torch.lerp(x[0], x[1], frac[0])
 
 
 def _histogram(index: torch.Tensor, bins: int, weights: torch.Tensor | None) -> torch.Tensor:
@@ -124,18 +125,19 @@ class _Radix:
     def select(self, hist: torch.Tensor, s: torch.Tensor, zeros: torch.Tensor | None = None) -> torch.Tensor:
         """The entries of ranks ``s`` from the top; with ``zeros`` (the number of exact zeros) only the upper
         edge of each one's high-16-bit bin, or 0 for a zero (``hist`` method)."""
+        shape, s = s.shape, s.reshape(-1)
         cum = hist.cumsum(0)
         rank = cum[-1] - 1 - s  # from the bottom; nothing at all gives -1 -> bin 0, value 0
         b = torch.searchsorted(cum, rank, right=True).clamp_max_(_HI_BINS - 1)
         if zeros is not None:
-            return torch.where(rank < zeros, 0.0, ((b + 1) << 16).int().view(torch.float32))
+            return torch.where(rank < zeros, 0.0, ((b + 1) << 16).int().view(torch.float32)).view(shape)
         lo = self.bits & 0xFFFF
         # per order statistic: the low 16 bits of its bin's entries, every other entry in a slot >= 2^16
         idx = [(self.hi - bj.int()).abs_().clamp_max_(1).bitwise_left_shift_(16).bitwise_or_(lo) for bj in b]
         lo_hist = self.reduce(torch.stack([_histogram(i, 2 * _LO_BINS, self.weights)[:_LO_BINS] for i in idx]))
         r = rank - (cum[b] - hist[b])
         low = torch.cat([torch.searchsorted(h.cumsum(0), rj.reshape(1), right=True) for h, rj in zip(lo_hist, r)])
-        return ((b << 16) | low.clamp_max_(_LO_BINS - 1)).int().view(torch.float32)
+        return ((b << 16) | low.clamp_max_(_LO_BINS - 1)).int().view(torch.float32).view(shape)
 
 
 def _largest(y: torch.Tensor, s: torch.Tensor, s_max: int) -> torch.Tensor:

@@ -44,44 +44,34 @@ class SurrogateInput:
     weights: torch.Tensor | None = None  # finite per-token loss weights
 
 
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    return t if t.dim() == 1 else t.reshape(-1)
-
-
-def _count(indicator: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-    """The sum of the 0/-1 ``indicator`` over the active tokens (a dot product: exact for counts below 2^24 per
-    BLAS accumulator)."""
-    return torch.dot(_flat(indicator), _flat(active))
-
-
-def surrogate_part(s: SurrogateInput, loss: torch.Tensor, coef: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def surrogate_part(s: SurrogateInput, loss: torch.Tensor, coef: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Write the per-token loss (times the weights) into ``loss`` and ``-(dr/dx) K`` into ``coef`` (the
-    advantages' shape); return the clip counts over the active tokens *negated* (sums of -1 indicators:
-    clipped, dual-clipped, clipped by the nominal interval too) and the sign of A cr - A r (-1: clipped)."""
+    advantages' shape); return the 0/-1 indicators of the clip metrics (clipped; dual-clipped, with a dual
+    clip; clipped by the nominal interval too) and the sign of A cr - A r (-1: clipped)."""
     a, r, cr = s.adv, s.ratio, s.clipped
     p1, p2 = a * r, a * cr
     u = torch.minimum(p1, p2)
     clip_sign = torch.sub(p2, p1).sign_()
     k = torch.add(clip_sign, torch.eq(cr, r)).add_(scalar(1.0))  # 2 K_clip
+    indicators = [clip_sign.clamp_max(0.0)]
     if s.dual_clip is None:
         torch.neg(u, out=loss)
-        n_dual, scale = torch.zeros((), device=a.device), -0.5
+        scale = -0.5
     else:
         p3 = a.abs().mul_(scalar(-s.dual_clip))
         dual_sign = torch.sub(u, p3).sign_()
-        n_dual = _count(dual_sign.clamp_max(0.0), s.active)
+        indicators.append(dual_sign.clamp_max(0.0))
         torch.maximum(u, p3, out=loss).neg_()
         k.mul_(dual_sign.add_(scalar(1.0)))  # 4 K
         scale = -0.25
     if s.dratio_dx is None:
         torch.mul(k, scalar(scale), out=coef)
     else:
-        torch.mul(k.mul_(scalar(scale)), s.dratio_dx, out=coef)
+        torch.addcmul(scalar(0.0), k, s.dratio_dx, value=scale, out=coef)  # exact: scale k is -K
     if s.weights is not None:
         loss.mul_(s.weights)
-    nominal = torch.mul(a, s.clipped_nominal).sub_(p1).sign_().clamp_max_(0.0)
-    counts = torch.stack([_count(clip_sign.clamp_max(0.0), s.active), n_dual, _count(nominal, s.active)])
-    return counts, clip_sign
+    indicators.append(torch.mul(a, s.clipped_nominal).sub_(p1).sign_().clamp_max_(0.0))
+    return indicators, clip_sign
 
 
 class _Attach(torch.autograd.Function):
@@ -98,7 +88,7 @@ class _Attach(torch.autograd.Function):
         if ctx.weights is not None:
             g.mul_(ctx.adv)
         g.mul_(coef)  # ((g w) A) (-(dr/dx) K) == ((g w) (-A)) (dr/dx) K, as autograd orders it
-        return g.to(ctx.x_dtype), None, None, None, None
+        return (g if g.dtype == ctx.x_dtype else g.to(ctx.x_dtype)), None, None, None, None
 
 
 def attach(x: torch.Tensor, loss: torch.Tensor, coef: torch.Tensor, adv: torch.Tensor,

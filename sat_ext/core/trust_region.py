@@ -104,8 +104,10 @@ def gate(d: torch.Tensor, abs_active: torch.Tensor, q: torch.Tensor, cfg: SATCon
     """Eq. 15-16 for the detached, finite score ``d`` given ``abs_active`` = |d| on the active entries and 0
     elsewhere, and the threshold q (Eq. 14)."""
     gated = torch.gt(abs_active, torch.where(q > scalar(0.0), q, scalar(torch.inf))).float()  # Eq. 16, q > 0
-    q_safe = q.clamp_min(_TINY)  # the kernel is evaluated everywhere and kept on the gate only
-    c = contraction(abs_active.clamp_min(q_safe), q_safe, cfg.kernel, cfg.exponent)
+    q_safe = q.clamp_min(_TINY)  # the kernel is evaluated everywhere and kept on the gate only: finite for
+    # every entry of the paper's hill form, for the others once |d| is raised to q
+    x = abs_active if cfg.kernel == "hill" else abs_active.clamp_min(q_safe)
+    c = contraction(x, q_safe, cfg.kernel, cfg.exponent)
     if cfg.c_min > C_FLOOR:
         c = c.clamp_min_(cfg.c_min)
     c = torch.addcmul(torch.sub(scalar(1.0), gated), c, gated)  # c on the gate, exactly 1 elsewhere
