@@ -143,7 +143,7 @@ class _Radix:
 def _largest(y: torch.Tensor, s: torch.Tensor, s_max: int) -> torch.Tensor:
     """The entries of ranks ``s`` from the top (0 = the largest, each <= s_max) of the flat float32 ``y``."""
     if y.numel() <= TOPK_MAX_NUMEL:
-        return torch.topk(y, min(s_max + 1, y.numel())).values[s]
+        return torch.take(torch.topk(y, min(s_max + 1, y.numel())).values, s)  # (a 0-d index would be read back)
     radix = _Radix(y)
     hist, _ = radix.high_histogram(y.new_zeros(0, dtype=torch.long))
     return radix.select(hist, s)
@@ -189,7 +189,7 @@ def weighted_quantile(
     cum = torch.cumsum(w[order], 0)
     s, frac = top_ranks(cum[-1], level, rule, _N_MAX)
     at = torch.searchsorted(cum, cum[-1] - 1 - s, right=True).clamp_max_(v.numel() - 1)
-    return _interpolate(v[at], frac)
+    return _interpolate(torch.take(v, at), frac)
 
 
 def global_masked_quantile(

@@ -43,6 +43,7 @@ def test_the_counter_sees_host_syncs():
     assert C.host_syncs(lambda: x[x > 0.5]) == {"aten::nonzero": 1}
     assert C.host_syncs(lambda: torch.masked_select(x, x > 0.5)) == {"aten::masked_select": 1}
     assert C.host_syncs(x.tolist) == {"Tensor.tolist": 1}
+    assert C.host_syncs(lambda: x[torch.tensor(3)]) == {"aten::_local_scalar_dense": 1}  # a 0-d index is read back
     assert C.host_syncs(lambda: x * 2) == {}
 
 
@@ -59,3 +60,4 @@ def test_sat_makes_no_more_host_syncs_than_its_peer(sat, peer, tokens):
     n_sat, n_peer = sum(counts[sat.loss].values()), sum(counts[peer.loss].values())
     assert n_peer == 3, counts[peer.loss]  # verl's three .item() metrics: the counter sees the peer's syncs
     assert n_sat <= n_peer, f"{sat.loss}: {counts[sat.loss]} vs {peer.loss}: {counts[peer.loss]}"
+    assert counts[sat.loss] == {"Tensor.tolist": 1}, counts[sat.loss]  # the metric vector's one copy, nothing else
