@@ -47,8 +47,8 @@ SUM_NAMES = (
     "deficit_sum",  # sum over the gate of (1 - c)
     "deficit_signed_sum",  # sum over the gate of (1 - c) sign(d)
     "neg_n_clipped",  # -#{-A clip(r) > -A r} (verl's pg_clipfrac): the clip counts come as sums of -1 indicators
-    "neg_n_dual_clipped",
     "neg_n_nominal_clipped",  # clipped by the nominal interval too (SAT's lies inside it)
+    "neg_n_dual_clipped",  # only with a dual clip (the vector is one shorter without)
 )
 """The sums one loss call measures, in the order of the float32 vector :func:`metric_vector` takes."""
 
@@ -59,7 +59,7 @@ def _row(one: float = 0.0, **coef: float) -> list[float]:
 
 
 @functools.lru_cache(maxsize=16)
-def _coefficients(eps_low: float, eps_high: float, device: torch.device) -> tuple[torch.Tensor, ...]:
+def _coefficients(eps_low: float, eps_high: float, dual: bool, device: torch.device) -> tuple[torch.Tensor, ...]:
     """metric i = offset_i + (num_i . sums + num const) / max(den_i . sums + den const, 1), as (the 30 x 15
     matrix of numerator and denominator rows, their constants, the offsets); read-only, cached per device.
 
@@ -88,13 +88,14 @@ def _coefficients(eps_low: float, eps_high: float, device: torch.device) -> tupl
     }
     table = torch.tensor([rows[k][0] for k in METRIC_KEYS] + [rows[k][1] for k in METRIC_KEYS], device=device)
     offset = torch.tensor([rows[k][2] for k in METRIC_KEYS], device=device)
-    return table[:, :-1].contiguous(), table[:, -1].contiguous(), offset
+    coef = table[:, :-1] if dual else table[:, :-2]  # without a dual clip pg_clipfrac_lower is 0
+    return coef.contiguous(), table[:, -1].contiguous(), offset
 
 
 def metric_vector(sums: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
     """Every metric of :data:`METRIC_KEYS`, in that order, as one float32 vector, from the sums of
-    :data:`SUM_NAMES` (a float32 vector in that order)."""
-    coef, const, offset = _coefficients(eps_low, eps_high, sums.device)
+    :data:`SUM_NAMES` (a float32 vector in that order, without the last without a dual clip)."""
+    coef, const, offset = _coefficients(eps_low, eps_high, sums.numel() == len(SUM_NAMES), sums.device)
     num, den = torch.addmv(const, coef, sums).view(2, -1)
     return num.div_(den.clamp_min_(1.0)).add_(offset)
 

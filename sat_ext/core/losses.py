@@ -224,13 +224,6 @@ def _surrogate_input(ratio, adv, g: Gate, act, dratio_dx, weights, cfg: SATConfi
                           weights=weights)
 
 
-def _indicator_rows(indicators: list[torch.Tensor], cfg: SATConfig) -> list[torch.Tensor]:
-    """The clip indicators in :data:`SUM_NAMES` order (a zero row for the dual clip when there is none)."""
-    if cfg.dual_clip is None:
-        return [indicators[0], torch.zeros_like(indicators[0]), indicators[1]]
-    return indicators
-
-
 def _result(loss_mat, sums: torch.Tensor, cfg: SATConfig, details) -> SATLossOutput:
     return SATLossOutput(loss_mat=loss_mat, metric_vector=metric_vector(sums, cfg.eps_low, cfg.eps_high),
                          details=details)
@@ -274,7 +267,7 @@ def sat_token_loss(
             s = _surrogate_input(ratio, _part(x.adv, sl), g, act_part, torch.mul(pas, ratio), _part(x.weights, sl), cfg)
             indicators, _ = surrogate_part(s, _part(loss, sl), _part(coef, sl))
             deficit = _deficit(g)
-            rows = [pas, _part(abs_active, sl), g.gated, deficit, deficit * g.sign, *_indicator_rows(indicators, cfg)]
+            rows = [pas, _part(abs_active, sl), g.gated, deficit, deficit * g.sign, *indicators]
             part_sums.append(torch.mv(torch.stack(rows), act_part))  # SUM_NAMES n_unclamped .. neg_n_nominal
             c_min.append(_c_min(g))
         if len(part_sums) > 1:
@@ -313,10 +306,10 @@ def sat_gspo_loss(
     with torch.no_grad():
         x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
         act = x.active
-        n_seq = act.sum(dim=-1)  # = torch.sum(mask, dim=-1), as verl's gspo computes it
+        n_seq = act.sum(dim=-1, keepdim=True)  # = torch.sum(mask, dim=-1), as verl's gspo computes it; (B, 1)
         seq_len = n_seq.clamp(min=1.0)
         masked_raw = x.raw * act
-        seq_log_ratio = masked_raw.sum(dim=-1) / seq_len
+        seq_log_ratio = masked_raw.sum(dim=-1, keepdim=True) / seq_len
         abs_raw = x.raw.abs()
         n_active = n_seq.sum()
         # SUM_NAMES n_active .. kl_log_ratio_sum (ppo_kl on the unclamped log-ratio, summed as verl's gspo does)
@@ -330,17 +323,17 @@ def sat_gspo_loss(
             q = _threshold(abs_active, act, n_active, cfg, group)
             n_scope = n_active
         else:
-            seq_ref = seq_log_ratio if x.ref_raw is None else (x.ref_raw * act).sum(dim=-1) / seq_len
-            score = seq_ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).unsqueeze(-1)
-            has_tokens = torch.gt(n_seq, scalar(0.0)).float().unsqueeze(-1)
+            seq_ref = seq_log_ratio if x.ref_raw is None else (x.ref_raw * act).sum(dim=-1, keepdim=True) / seq_len
+            score = seq_ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            has_tokens = torch.gt(n_seq, scalar(0.0)).float()
             abs_active = score.abs().mul_(has_tokens)
             if cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
                 if cfg.gate_scope == "global":
-                    q = _threshold(abs_active, has_tokens, n_active, cfg, group, counts=n_seq.long().unsqueeze(-1))
+                    q = _threshold(abs_active, has_tokens, n_active, cfg, group, counts=n_seq.long())
                 else:  # the token quantile of the broadcast scores
                     q = quantile_of_zeroed(torch.mul(abs_active, act).view(-1), n_active, cfg.quantile,
                                            cfg.quantile_rule)
-                gate_weights, token_mask, n_scope = n_seq.unsqueeze(-1), act, n_active
+                gate_weights, token_mask, n_scope = n_seq, act, n_active
             else:  # "sequence": one score per response, quantile over responses
                 n_scope = has_tokens.sum()
                 q = _threshold(abs_active, has_tokens, n_scope, cfg, group)
@@ -350,13 +343,13 @@ def sat_gspo_loss(
         # SUM_NAMES score_abs_sum .. deficit_signed_sum, each entry counted once or n_i times
         gate_sums = gate_rows.sum(1) if gate_weights is None else torch.mv(gate_rows, gate_weights.view(-1))
         if ratio_form == "token":
-            ratio = torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX).unsqueeze(-1).exp_()
-            dratio_dx = torch.le(seq_log_ratio, scalar(GSPO_LOG_RATIO_MAX)).unsqueeze(-1).float().mul_(ratio)
+            ratio = torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX).exp_()
+            dratio_dx = torch.le(seq_log_ratio, scalar(GSPO_LOG_RATIO_MAX)).float().mul_(ratio)
     if ratio_form == "token":
         target = x.lp
     else:  # OpenRLHF's form: the sequence mean with its full gradient; the surrogate differentiates the ratio
-        seq_g = torch.where(act > 0, x.lp - _f32(old_log_prob), 0.0).sum(dim=-1) / seq_len
-        target = torch.exp(torch.clamp(seq_g, max=GSPO_LOG_RATIO_MAX)).unsqueeze(-1) * act
+        seq_g = torch.where(act > 0, x.lp - _f32(old_log_prob), 0.0).sum(dim=-1, keepdim=True) / seq_len
+        target = torch.exp(torch.clamp(seq_g, max=GSPO_LOG_RATIO_MAX)) * act
         ratio, dratio_dx = target.detach(), None
     with torch.no_grad():
         loss, coef = torch.empty_like(x.adv), torch.empty_like(x.adv)
@@ -367,7 +360,7 @@ def sat_gspo_loss(
             s = _surrogate_input(_part(ratio, sl), _part(x.adv, sl), gp, act_part, _part(dratio_dx, sl),
                                  _part(x.weights, sl), cfg)
             indicators, _ = surrogate_part(s, _part(loss, sl), _part(coef, sl))
-            clip_sums.append(torch.mv(torch.stack(_indicator_rows(indicators, cfg)).view(3, -1), act_part.view(-1)))
+            clip_sums.append(torch.mv(torch.stack(indicators).view(len(indicators), -1), act_part.view(-1)))
         clip_sums = clip_sums[0] if len(clip_sums) == 1 else torch.stack(clip_sums).sum(0)
         sums = torch.cat([torch.stack([*head, n_scope, _c_min(g), q, n_unclamped]), gate_sums, clip_sums])
 

@@ -46,14 +46,14 @@ class SurrogateInput:
 
 def surrogate_part(s: SurrogateInput, loss: torch.Tensor, coef: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Write the per-token loss (times the weights) into ``loss`` and ``-(dr/dx) K`` into ``coef`` (the
-    advantages' shape); return the 0/-1 indicators of the clip metrics (clipped; dual-clipped, with a dual
-    clip; clipped by the nominal interval too) and the sign of A cr - A r (-1: clipped)."""
+    advantages' shape); return the 0/-1 indicators of the clip metrics (clipped; clipped by the nominal
+    interval too; dual-clipped, with a dual clip) and the sign of A cr - A r (-1: clipped)."""
     a, r, cr = s.adv, s.ratio, s.clipped
     p1, p2 = a * r, a * cr
     u = torch.minimum(p1, p2)
     clip_sign = torch.sub(p2, p1).sign_()
     k = torch.add(clip_sign, torch.eq(cr, r)).add_(scalar(1.0))  # 2 K_clip
-    indicators = [clip_sign.clamp_max(0.0)]
+    indicators = [clip_sign.clamp_max(0.0), torch.mul(a, s.clipped_nominal).sub_(p1).sign_().clamp_max_(0.0)]
     if s.dual_clip is None:
         torch.neg(u, out=loss)
         scale = -0.5
@@ -70,7 +70,6 @@ def surrogate_part(s: SurrogateInput, loss: torch.Tensor, coef: torch.Tensor) ->
         torch.addcmul(scalar(0.0), k, s.dratio_dx, value=scale, out=coef)  # exact: scale k is -K
     if s.weights is not None:
         loss.mul_(s.weights)
-    indicators.append(torch.mul(a, s.clipped_nominal).sub_(p1).sign_().clamp_max_(0.0))
     return indicators, clip_sign
 
 
