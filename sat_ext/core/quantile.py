@@ -69,7 +69,8 @@ def top_ranks(n: torch.Tensor, level: float, rule: str, n_max: int) -> tuple[tor
     as an int64 tensor (0-d, or two entries for ``linear``), and the weight of the second (``linear``).
 
     inverse_cdf: s = n - ceil(level n) = floor((1 - level) n), level = a / b exactly; linear: s = n - 1 - k for
-    k = floor(pos) and min(k + 1, n - 1). n is a 0-d tensor; ``n_max`` (a bound on n) picks the integer path.
+    k = floor(pos) and min(k + 1, n - 1). n is a 0-d tensor; ``n_max`` (a bound on n) picks the integer path,
+    sync-free unless the level's decimal denominator b reaches 2^61 (about 19 significant digits).
     """
     n = n.long()
     if rule == "inverse_cdf":
@@ -77,11 +78,14 @@ def top_ranks(n: torch.Tensor, level: float, rule: str, n_max: int) -> tuple[tor
         b, c = a.denominator, a.denominator - a.numerator
         if c * n_max <= _INT64_MAX:
             return torch.div(n * c, b, rounding_mode="floor"), None
-        # c n may overflow int64 (a level with many digits): a float64 estimate, off by at most one, corrected
-        # with the exact remainder r = c n - t b, which int64 wraps back into range (|r| < 2 b < 2^63)
-        t = torch.floor(n.double() * (c / b)).long()
-        r = n * c - t * b
-        return t - (r < 0).long() + (r >= b).long(), None
+        if b < 1 << 61:
+            # c n may overflow int64 (a level with many digits): a float64 estimate, off by at most one, corrected
+            # with the exact remainder r = c n - t b, which int64 wraps back into range (|r| < 2 b < 2^62)
+            t = torch.floor(n.double() * (c / b)).long()
+            r = n * c - t * b
+            return t - (r < 0).long() + (r >= b).long(), None
+        # a level with about 19 significant digits: exact on the host (reads n back; no paper setting does)
+        return torch.tensor(c * int(n) // b, device=n.device), None
     if rule != "linear":
         raise ValueError(f"unknown quantile rule {rule!r} (one of {list(RULES)})")
     n = n.reshape(1)
@@ -117,9 +121,12 @@ class _Radix:
         self.hi = self.bits >> 16
         self.weights, self.reduce = weights, reduce or (lambda t: t)
 
-    def high_histogram(self, extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def high_histogram(self, extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The 2^15-bin histogram of the high 16 bits, and ``extra`` counts reduced with it (one collective)."""
-        hist = self.reduce(torch.cat([_histogram(self.hi, _HI_BINS, self.weights), extra]))
+        hist = _histogram(self.hi, _HI_BINS, self.weights)
+        if extra is None:
+            return self.reduce(hist), None
+        hist = self.reduce(torch.cat([hist, extra]))
         return hist[:_HI_BINS], hist[_HI_BINS:]
 
     def select(self, hist: torch.Tensor, s: torch.Tensor, zeros: torch.Tensor | None = None) -> torch.Tensor:
@@ -132,10 +139,12 @@ class _Radix:
         if zeros is not None:
             return torch.where(rank < zeros, 0.0, ((b + 1) << 16).int().view(torch.float32)).view(shape)
         lo = self.bits & 0xFFFF
-        # per order statistic: the low 16 bits of its bin's entries, every other entry in a slot >= 2^16
-        idx = [(self.hi - bj.int()).abs_().clamp_max_(1).bitwise_left_shift_(16).bitwise_or_(lo) for bj in b]
-        lo_hist = self.reduce(torch.stack([_histogram(i, 2 * _LO_BINS, self.weights)[:_LO_BINS] for i in idx]))
-        r = rank - (cum[b] - hist[b])
+        r = rank - (cum[b] - hist[b])  # the rank inside the bin
+        hists = []
+        for bj in b.unbind():  # the low 16 bits of the bin's entries; every other entry in one slot, dropped
+            idx = (self.hi - bj.int()).abs_().clamp_max_(1).bitwise_left_shift_(16).bitwise_or_(lo).clamp_max_(_LO_BINS)
+            hists.append(_histogram(idx, _LO_BINS + 1, self.weights)[:_LO_BINS])
+        lo_hist = self.reduce(hists[0] if len(hists) == 1 else torch.stack(hists)).view(len(hists), -1)
         low = torch.cat([torch.searchsorted(h.cumsum(0), rj.reshape(1), right=True) for h, rj in zip(lo_hist, r)])
         return ((b << 16) | low.clamp_max_(_LO_BINS - 1)).int().view(torch.float32).view(shape)
 
@@ -145,7 +154,7 @@ def _largest(y: torch.Tensor, s: torch.Tensor, s_max: int) -> torch.Tensor:
     if y.numel() <= TOPK_MAX_NUMEL:
         return torch.take(torch.topk(y, min(s_max + 1, y.numel())).values, s)  # (a 0-d index would be read back)
     radix = _Radix(y)
-    hist, _ = radix.high_histogram(y.new_zeros(0, dtype=torch.long))
+    hist, _ = radix.high_histogram()
     return radix.select(hist, s)
 
 

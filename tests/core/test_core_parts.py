@@ -69,9 +69,10 @@ def test_radix_selection_equals_topk(monkeypatch, data, n, level, rule, scale):
     assert torch.equal(by_topk, by_radix), (by_topk, by_radix)
 
 
-@pytest.mark.parametrize("level", [0.1 + 0.2, 0.9000000000000001, 1 / 3])
+@pytest.mark.parametrize("level", [0.1 + 0.2, 0.9000000000000001, 1 / 3, 0.0032759136178932367])
 def test_ranks_of_a_level_with_many_digits(level):
-    """(b - a) n overflows int64 for these levels read as decimals: the remainder-corrected path."""
+    """(b - a) n overflows int64 for these levels read as decimals: the remainder-corrected path, and the host
+    path of the last (its denominator b = 10^19 is past 2^61)."""
     a = Fraction(repr(level))
     assert (a.denominator - a.numerator) * 20000 > 2**63
     g = torch.Generator().manual_seed(0)
