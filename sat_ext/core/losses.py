@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from .config import GSPO_LOG_RATIO_MAX, LOG_RATIO_CLAMP, SATConfig
 from .diagnostics import METRIC_KEYS, metric_dict, metric_vector
-from .quantile import global_masked_quantile, quantile_of_zeroed, weighted_quantile
+from .quantile import TOPK_MAX_NUMEL, global_masked_quantile, quantile_of_zeroed, weighted_quantile
 from .scalars import scalar
 from .surrogate import SurrogateInput, attach, surrogate_part
 from .trust_region import Gate, TrustRegion, gate, sat_clip
@@ -328,11 +328,11 @@ def sat_gspo_loss(
             has_tokens = torch.gt(n_seq, scalar(0.0)).float()
             abs_active = score.abs().mul_(has_tokens)
             if cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
-                if cfg.gate_scope == "global":
-                    q = _threshold(abs_active, has_tokens, n_active, cfg, group, counts=n_seq.long())
-                else:  # the token quantile of the broadcast scores
+                if cfg.gate_scope == "micro" and act.numel() <= TOPK_MAX_NUMEL:  # fewer ops: the token quantile
                     q = quantile_of_zeroed(torch.mul(abs_active, act).view(-1), n_active, cfg.quantile,
                                            cfg.quantile_rule)
+                else:  # less work: one score per response, counted n_i times (the same value)
+                    q = _threshold(abs_active, has_tokens, n_active, cfg, group, counts=n_seq.long())
                 gate_weights, token_mask, n_scope = n_seq, act, n_active
             else:  # "sequence": one score per response, quantile over responses
                 n_scope = has_tokens.sum()

@@ -1,8 +1,9 @@
 """The fast path's size-dependent choices give the same results as the small-size ones.
 
-* The per-token pass in parts (``losses.CHUNK`` entries at a time on the CPU, above 32K tokens): loss and
-  gradient equal, bit for bit, the one-part pass on the same batch, the metrics to float32 rounding (their
-  sums add up per part), the details (ratio, region, clip mask) equal.
+* The per-token pass in parts (``losses.CHUNK`` entries at a time on the CPU, above 32K tokens), with the
+  large-call quantiles (radix selection; SAT-GSPO's from one score per response): loss and gradient equal,
+  bit for bit, the small-call pass on the same batch, the metrics to float32 rounding (their sums add up per
+  part), the details (ratio, region, clip mask) equal.
 * The quantile's radix selection (above ``quantile.TOPK_MAX_NUMEL`` entries) equals ``torch.topk``'s, bit
   for bit, for both rules, ties, zeros and every scale; and the rank arithmetic of a level with many digits
   (the remainder-corrected path) is exact.
@@ -40,8 +41,10 @@ def test_parts_equal_one_part(monkeypatch, batch, cfg, chunk, kind, weighted):
     w = torch.rand(batch.mask.shape, generator=torch.Generator().manual_seed(2)) * 2 if weighted else None
     k, form = (kind, None) if kind == "token" else ("gspo", kind.split("-")[1])
     one, g_one = _run(k, form, batch, cfg, w)
-    with monkeypatch.context() as m:
+    with monkeypatch.context() as m:  # parts, and the large-call quantiles (radix; SAT-GSPO's per response)
         m.setattr(losses, "CHUNK", chunk)
+        m.setattr(losses, "TOPK_MAX_NUMEL", 0)
+        m.setattr(quantile, "TOPK_MAX_NUMEL", 0)
         parts, g_parts = _run(k, form, batch, cfg, w)
     assert torch.equal(one.loss_mat, parts.loss_mat) and torch.equal(g_one, g_parts)
     assert torch.allclose(one.metric_vector, parts.metric_vector, rtol=1e-6, atol=1e-6)
