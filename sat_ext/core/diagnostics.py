@@ -36,12 +36,12 @@ METRIC_KEYS = (
 SUM_NAMES = (
     "n_active",  # active tokens, less the non-finite ones
     "n_input",  # active tokens as given
-    "abs_log_ratio_sum",  # sum of |log r_tok| (Eq. 52)
     "kl_log_ratio_sum",  # sum of the log-ratio verl's ppo_kl is reported on
     "n_scope",  # active entries of the gate scope (tokens, or responses for "sequence")
     "contraction_min",  # min c over the gate (1 off it)
     "q",
     "n_unclamped",  # active tokens whose |log-ratio| is at most 20
+    "abs_log_ratio_sum",  # sum of |log r_tok| (Eq. 52)
     "score_abs_sum",  # sum of |d| over the gate scope
     "n_gated",
     "deficit_sum",  # sum over the gate of (1 - c)

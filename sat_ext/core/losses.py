@@ -168,12 +168,6 @@ def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_lo
                    ref_raw=ref_raw, weights=weights)
 
 
-def _total(x: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-    """The sum of the finite ``x`` over the active entries: a float32 dot product (relative error about 1e-7 at
-    1M tokens, 3e-5 at 16M: these sums only feed the diagnostics)."""
-    return torch.dot(_flat(x), _flat(active))
-
-
 def _threshold(abs_active: torch.Tensor, active: torch.Tensor, n: torch.Tensor, cfg: SATConfig, group,
                counts: torch.Tensor | None = None) -> torch.Tensor:
     """Eq. 14's q from |d| on the active entries (0 elsewhere), the 0/1 ``active`` and their number n (each
@@ -250,11 +244,10 @@ def sat_token_loss(
         abs_raw = x.raw.abs()
         passes = torch.le(abs_raw, scalar(LOG_RATIO_CLAMP)).float()  # the clamp's gradient gate, as verl's vanilla
         n_active = act.sum()
-        abs_sum = _total(abs_raw, act)
         d = x.raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # Eq. 13 (x.raw is this call's own tensor)
         kl_sum = torch.mul(d, act).sum()  # clamped and summed as verl's vanilla does for ppo_kl, bit for bit
         if x.ref_raw is None:
-            score, abs_active = d, abs_raw.clamp_max_(LOG_RATIO_CLAMP).mul_(act)
+            score, abs_active = d, abs_raw.clamp_max(LOG_RATIO_CLAMP).mul_(act)
         else:
             score = x.ref_raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
             abs_active = score.abs().mul_(act)
@@ -267,12 +260,12 @@ def sat_token_loss(
             s = _surrogate_input(ratio, _part(x.adv, sl), g, act_part, torch.mul(pas, ratio), _part(x.weights, sl), cfg)
             indicators, _ = surrogate_part(s, _part(loss, sl), _part(coef, sl))
             deficit = _deficit(g)
-            rows = [pas, _part(abs_active, sl), g.gated, deficit, deficit * g.sign, *indicators]
-            part_sums.append(torch.mv(torch.stack(rows), act_part))  # SUM_NAMES n_unclamped .. neg_n_nominal
+            rows = [pas, _part(abs_raw, sl), _part(abs_active, sl), g.gated, deficit, deficit * g.sign, *indicators]
+            part_sums.append(torch.mv(torch.stack(rows), act_part))  # SUM_NAMES n_unclamped .. the clip counts
             c_min.append(_c_min(g))
         if len(part_sums) > 1:
             part_sums, c_min = [torch.stack(part_sums).sum(0)], [torch.stack(c_min).amin()]
-        head = torch.stack([n_active, x.n_input, abs_sum, kl_sum, n_active, c_min[0], q])
+        head = torch.stack([n_active, x.n_input, kl_sum, n_active, c_min[0], q])
         sums = torch.cat([head, part_sums[0]])
 
     def details() -> Detail:
@@ -312,8 +305,8 @@ def sat_gspo_loss(
         seq_log_ratio = masked_raw.sum(dim=-1, keepdim=True) / seq_len
         abs_raw = x.raw.abs()
         n_active = n_seq.sum()
-        # SUM_NAMES n_active .. kl_log_ratio_sum (ppo_kl on the unclamped log-ratio, summed as verl's gspo does)
-        head = [n_active, x.n_input, torch.mul(abs_raw, act).sum(), masked_raw.sum()]
+        kl_sum = masked_raw.sum()  # ppo_kl on the unclamped log-ratio, summed as verl's gspo does
+        abs_sum = torch.mul(abs_raw, act).sum()
         n_unclamped = torch.mul(abs_raw.le_(scalar(LOG_RATIO_CLAMP)), act).sum()
         ref = x.raw if x.ref_raw is None else x.ref_raw
         gate_weights, token_mask = None, None
@@ -362,7 +355,8 @@ def sat_gspo_loss(
             indicators, _ = surrogate_part(s, _part(loss, sl), _part(coef, sl))
             clip_sums.append(torch.mv(torch.stack(indicators).view(len(indicators), -1), act_part.view(-1)))
         clip_sums = clip_sums[0] if len(clip_sums) == 1 else torch.stack(clip_sums).sum(0)
-        sums = torch.cat([torch.stack([*head, n_scope, _c_min(g), q, n_unclamped]), gate_sums, clip_sums])
+        head = torch.stack([n_active, x.n_input, kl_sum, n_scope, _c_min(g), q, n_unclamped, abs_sum])
+        sums = torch.cat([head, gate_sums, clip_sums])  # in SUM_NAMES order
 
     def details() -> Detail:
         gg = g

@@ -8,11 +8,12 @@ own (``actor.clip_ratio_low/high``, ``clip_ratio_c``). Bad values fail when verl
 ``_target_`` (which Hydra imports in every process that builds an ActorConfig) and the ``verl.plugins`` entry
 point both do.
 
-Each loss call: SATConfig from the actor config -> core loss (per-token, times verl's ``rollout_is_weights``
-when given, under SAT's non-finite policy) -> verl's ``agg_loss(..., **config.global_batch_info)`` (every
-``loss_agg_mode``); an all-padding micro-batch gives the core's zero loss with a zero gradient. Metrics: the
-SAT diagnostics under ``actor/sat/...`` plus verl's ``actor/pg_clipfrac``, ``actor/ppo_kl`` and
-``actor/pg_clipfrac_lower``; the same keys on every rank and micro-batch.
+Each loss call: SATConfig from the actor config (resolved once per config) -> core loss (per-token, times
+verl's ``rollout_is_weights`` when given, under SAT's non-finite policy) -> verl's ``agg_loss(...,
+**config.global_batch_info)`` (every ``loss_agg_mode``); an all-padding micro-batch gives the core's zero loss
+with a zero gradient. Metrics: the SAT diagnostics under ``actor/sat/...`` plus verl's ``actor/pg_clipfrac``,
+``actor/ppo_kl`` and ``actor/pg_clipfrac_lower``; the same keys on every rank and micro-batch, copied to the
+host in one transfer (the call's only host-sync point; verl's ``vanilla`` makes three).
 """
 
 from __future__ import annotations
