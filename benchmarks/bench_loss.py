@@ -351,34 +351,37 @@ def _verdict(ratio: float, target: float) -> str:
     return "yes" if ratio <= target else f"NO (+{100 * (ratio / target - 1):.0f}%)"
 
 
+def _table_rows(get: dict, sizes: list[int], keys: list[str], needs: str, cells) -> list[list]:
+    """One table row per (size, case) that has the metric ``needs``: size, case, then ``cells(size, metric)``."""
+    out = []
+    for n in sizes:
+        for k in keys:
+            metric = lambda m, k=k, n=n: get.get((k, n, m))  # noqa: E731
+            if metric(needs) is not None:
+                out.append([C.fmt_size(n), k, *cells(n, metric)])
+    return out
+
+
 def render(rows: list[dict], env: dict, out_dir: Path, stem: str) -> None:
     get = {(r["loss"], r["tokens"], r["metric"]): r["value"] for r in rows}
     sizes = sorted({r["tokens"] for r in rows})
     keys = [c.key for c in CASES if any(r["loss"] == c.key for r in rows)]
     f = lambda v, d=2: "" if v is None else f"{float(v):.{d}f}"  # noqa: E731
+
+    def headline(n, g):
+        target = TARGETS["small"] if n <= SMALL else TARGETS["large"] if n >= LARGE else None
+        return [f(g("time_ratio"), 3), f(g("cpu_time_ratio"), 3), f(g("time_ratio_paired"), 3),
+                f(g("peak_alloc_ratio"), 3), f(g("peak_rss_ratio"), 3), f"{g('host_syncs')} / {g('host_syncs_peer')}",
+                "-" if target is None else f"<= {target}: {_verdict(float(g('time_ratio')), target)}"]
+
     head = ["tokens", "case", "time ratio", "CPU-time ratio", "paired", "peak-alloc ratio", "RSS ratio",
             "host syncs / call (SAT / peer)", "time target"]
-    hl = []
-    for n in sizes:
-        for k in keys:
-            g = lambda m: get.get((k, n, m))  # noqa: E731
-            if g("time_ratio") is None:
-                continue
-            target = TARGETS["small"] if n <= SMALL else TARGETS["large"] if n >= LARGE else None
-            hl.append([C.fmt_size(n), k, f(g("time_ratio"), 3), f(g("cpu_time_ratio"), 3), f(g("time_ratio_paired"), 3),
-                       f(g("peak_alloc_ratio"), 3), f(g("peak_rss_ratio"), 3),
-                       f"{g('host_syncs')} / {g('host_syncs_peer')}",
-                       "-" if target is None else f"<= {target}: {_verdict(float(g('time_ratio')), target)}"])
+    hl = _table_rows(get, sizes, keys, "time_ratio", headline)
     all_head = ["tokens", "case", "fwd+bwd ms (median)", "p10 ms", "CPU ms", "reps", "peak alloc MiB", "RSS MiB",
                 "host syncs", "sync ops"]
-    body = []
-    for n in sizes:
-        for k in keys:
-            g = lambda m: get.get((k, n, m))  # noqa: E731
-            if g("time_ms") is None:
-                continue
-            body.append([C.fmt_size(n), k, f(g("time_ms"), 3), f(g("time_ms_p10"), 3), f(g("cpu_ms"), 3), g("reps"),
-                         f(g("peak_alloc_mib"), 2), f(g("peak_rss_mib"), 2), g("host_syncs"), g("host_sync_ops")])
+    body = _table_rows(get, sizes, keys, "time_ms", lambda n, g: [
+        f(g("time_ms"), 3), f(g("time_ms_p10"), 3), f(g("cpu_ms"), 3), g("reps"), f(g("peak_alloc_mib"), 2),
+        f(g("peak_rss_mib"), 2), g("host_syncs"), g("host_sync_ops")])
     note = ("Ratios: SAT's median over its peer's median in the same run (peer: `vanilla` for `sat`, `gspo` for "
             "`sat_gspo`); `CPU-time` is the same on the process CPU time (time preempted by other jobs on the shared "
             "cores is not counted); `paired` is the median of the per-repetition ratios. Peak memory is above the live "
