@@ -56,7 +56,7 @@ def test_parts_equal_one_part(monkeypatch, batch, cfg, chunk, kind, weighted):
 _vals = st.floats(0, 1e4, width=32, allow_subnormal=False)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), n=st.integers(1, 300), level=st.floats(0.001, 0.999),
        rule=st.sampled_from(["inverse_cdf", "linear"]), scale=st.sampled_from([1e-30, 1e-3, 1.0, 1e30]))
 def test_radix_selection_equals_topk(monkeypatch, data, n, level, rule, scale):
