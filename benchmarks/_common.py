@@ -200,6 +200,49 @@ def torch_alloc_peak_bytes(fn: Callable[[], Any], marker: str | None = None) -> 
     return peak, peak_at_cut
 
 
+# --------------------------------------------------------------------------------------------------- host syncs
+
+# aten ops whose result the host must wait for: a value read back (item, bool(), int(), float()), or an output
+# shape that depends on the data (nonzero and boolean indexing, masked_select, unique, bincount). On a GPU each
+# is a blocking round-trip, and a data-dependent shape also rules out CUDA graphs.
+SYNC_EVENTS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::bincount",
+               "aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_consecutive", "aten::unique_dim")
+SYNC_METHODS = ("tolist", "numpy")  # device-to-host copies made from Python (no aten event on the CPU)
+
+
+def host_syncs(fn: Callable[[], Any]) -> dict[str, int]:
+    """The host-sync points of one call of ``fn`` by name: the profiler's :data:`SYNC_EVENTS`, nested ones
+    included (the nonzero inside ``x[mask]``) but not one inside another (the item inside masked_select), plus
+    the Tensor methods of :data:`SYNC_METHODS`."""
+    from torch.overrides import TorchFunctionMode
+    from torch.profiler import ProfilerActivity, profile
+
+    copies: dict[str, int] = {}
+
+    class Copies(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            if name in SYNC_METHODS:
+                copies[f"Tensor.{name}"] = copies.get(f"Tensor.{name}", 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof, Copies():
+        fn()
+    def inside_another(e) -> bool:
+        parent = e.cpu_parent
+        while parent is not None:
+            if parent.name in SYNC_EVENTS:
+                return True
+            parent = parent.cpu_parent
+        return False
+
+    counts = dict(copies)
+    for e in prof.events():
+        if e.name in SYNC_EVENTS and not inside_another(e):
+            counts[e.name] = counts.get(e.name, 0) + 1
+    return counts
+
+
 # --------------------------------------------------------------------------------------------------- output
 
 

@@ -1,27 +1,33 @@
-"""Time and peak memory of ``sat`` / ``sat_gspo`` against verl's ``vanilla`` / ``gspo``, side by side.
+"""Time, peak memory and host-sync points of ``sat`` / ``sat_gspo`` against verl's ``vanilla`` / ``gspo``.
 
 Every loss is called through verl's registry (``get_policy_loss_fn``) with a real verl ``ActorConfig`` (verl's
 packaged Hydra config composed and converted with ``omega_conf_to_dataclass``, as verl's workers do), on the
-same tensors of shape (N / seq_len, seq_len), with the global batch info verl's engines attach (dp_size=1,
-batch_num_tokens, global_batch_size). SAT runs with gate scope ``micro`` and ``global``; the global scope runs
-inside an initialised 1-rank process group (gloo on CPU, nccl on CUDA), so its collective path really runs
-(the collective's own cost is measured in ``bench_quantile.py``).
+same ragged micro-batch of N tokens (rows of at most 4096 tokens, at least 4 rows; each response's length
+uniform in [T/4, T]), with the global batch info verl's engines attach (dp_size=1, batch_num_tokens,
+global_batch_size). verl calls the loss once per micro-batch, and with dynamic batching (the paper's App. F:
+32K tokens per GPU) a micro-batch holds about 2K-32K tokens: the sizes start there. SAT runs with gate scope
+``micro`` and ``global``; the global scope runs inside an initialised 1-rank process group (gloo on CPU, nccl
+on CUDA), so its collective path really runs.
 
-Timing: repetitions interleave every (loss, scope) in a rotating order, forward and forward+backward; the
-tables report medians and the ratio of the SAT median to its peer's (vanilla for ``sat``, gspo for
-``sat_gspo``) from the same run.
+Timing: forward+backward (``--modes fwd,fwd+bwd`` adds the forward alone); repetitions interleave every case
+in a rotating order; the ratio is SAT's median over its peer's (vanilla for ``sat``, gspo for ``sat_gspo``)
+from the same run, and the CPU-time ratio the same on the process CPU time (on shared cores the steadier
+figure). Host-sync points per call: ``_common.host_syncs`` on one call (the counter
+``tests/verl/test_verl_host_syncs.py`` uses).
 
 Peak memory, on CPU: one fresh subprocess (after the timing) measures each (loss, size) with
   * ``alloc``: the peak of live bytes of torch's CPU allocator during the call, from the profiler's memory
-    events (every c10 allocation and free), 0 = the live set (inputs) when the call starts; the forward
-    peak is the same trace cut at the end of the forward pass;
+    events (every c10 allocation and free), 0 = the live set (inputs) when the call starts;
   * ``rss``: the process RSS high-water during a forward+backward call (VmHWM re-armed through
     /proc/self/clear_refs) minus the RSS just before it, with glibc's mmap threshold fixed at 64 KiB
     (MALLOC_MMAP_THRESHOLD_) so that freed tensors go back to the OS and do not hide in the heap.
 On CUDA: ``torch.cuda.max_memory_allocated`` minus ``memory_allocated`` before the call.
 
-    python benchmarks/bench_loss.py                 # default sizes 64K..64M (about 10 min on 2 CPU cores)
-    python benchmarks/bench_loss.py --quick         # 64K and 1M, a smoke run
+Results: ``<stem>.csv`` in long format (columns device, loss, peer, tokens, metric, value; the environment,
+with the load average at the start and the end, in ``#`` lines), ``<stem>.md`` and ``<stem>.png``.
+
+    python benchmarks/bench_loss.py                 # 2K .. 16M tokens (about 10 min on the 2-core CPU here)
+    python benchmarks/bench_loss.py --quick         # 2K, 32K and 1M, a smoke run
     python benchmarks/bench_loss.py --sizes 1M,16M --reps 5
 """
 
@@ -43,10 +49,13 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
-DEFAULT_SIZES = "64K,256K,1M,4M,16M,64M"
-QUICK_SIZES = "64K,1M"
-TARGETS = (0.8, 0.8)  # SAT / its peer: forward+backward time (wall and CPU), peak memory (allocator and RSS)
+DEFAULT_SIZES = "2K,8K,32K,128K,1M,4M,16M"
+QUICK_SIZES = "2K,32K,1M"
+SMALL = 1 << 15  # up to this many tokens per call: verl's micro-batches under dynamic batching
+TARGETS = {"small": 1.2, "large": 0.8}  # SAT / its peer, forward+backward time: up to 32K tokens, from 1M up
+LARGE = 1 << 20
 GSPO_RADII = (0.2, 0.2)  # the SAT paper's radii for GSPO and SAT-GSPO (Table 9)
+MAX_ROW = 4096  # tokens per response
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,11 @@ def init_one_rank_group(device: torch.device) -> str:
 
 
 # --------------------------------------------------------------------------------------------------- inputs
+
+
+def row_length(n_tokens: int) -> int:
+    """The benchmark's response length for n tokens: rows of MAX_ROW tokens, at least 4 rows."""
+    return max(1, min(MAX_ROW, n_tokens // 4))
 
 
 def make_inputs(n_tokens: int, seq_len: int, device: torch.device, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -200,34 +214,23 @@ def equality_check(device: torch.device, n_tokens: int = 1 << 16, seq_len: int =
 # --------------------------------------------------------------------------------------------------- timing
 
 
-def time_size(runner: Runner, n: int, reps: int, device: torch.device, modes=("fwd", "fwd+bwd")) -> list[dict]:
+def time_size(runner: Runner, reps: int, device: torch.device, modes=("fwd+bwd",)) -> dict:
+    """{(case key, mode): (wall seconds, CPU seconds) per repetition}, every case interleaved."""
     cases = list(runner.cfgs)
-    samples = {(c, m): [] for c in cases for m in modes}
-    cpu = {(c, m): [] for c in cases for m in modes}
+    samples = {(c.key, m): ([], []) for c in cases for m in modes}
     for rep in range(reps):
         order = cases[rep % len(cases):] + cases[: rep % len(cases)]
         for c in order:
             for mode in modes:
                 wall, cpu_s = C.timed2(runner.call(c, mode == "fwd+bwd"), device)
-                samples[(c, mode)].append(wall)
-                cpu[(c, mode)].append(cpu_s)
-    rows = []
-    for (c, mode), ts in samples.items():
-        rows.append({"tokens": n, "loss": c.loss, "scope": c.scope, "case": c.key, "mode": mode, "reps": reps,
-                     "time_ms_median": C.median(ts) * 1e3, "time_ms_min": min(ts) * 1e3,
-                     "cpu_ms_median": C.median(cpu[(c, mode)]) * 1e3,
-                     "time_ms_all": " ".join(f"{t * 1e3:.2f}" for t in ts)})
-    # paired per-repetition ratios against the peer (same repetition, adjacent in time)
-    by = {(r["case"], r["mode"]): r for r in rows}
-    for r in rows:
-        peer = Case(r["loss"], r["scope"], "").peer
-        if peer:
-            p = samples[(next(c for c in cases if c.key == peer), r["mode"])]
-            s = samples[(next(c for c in cases if c.key == r["case"]), r["mode"])]
-            r["time_ratio_vs_peer"] = r["time_ms_median"] / by[(peer, r["mode"])]["time_ms_median"]
-            r["time_ratio_paired_median"] = C.median([a / b for a, b in zip(s, p)])
-            r["cpu_ratio_vs_peer"] = r["cpu_ms_median"] / by[(peer, r["mode"])]["cpu_ms_median"]
-    return rows
+                samples[(c.key, mode)][0].append(wall)
+                samples[(c.key, mode)][1].append(cpu_s)
+    return samples
+
+
+def sync_counts(runner: Runner) -> dict[str, dict[str, int]]:
+    """Host-sync points of one forward+backward call per case (after the timing: nothing left to warm up)."""
+    return {c.key: C.host_syncs(runner.call(c, True)) for c in runner.cfgs}
 
 
 # --------------------------------------------------------------------------------------------------- memory
@@ -269,15 +272,14 @@ def mem_worker(args) -> None:
     init_one_rank_group(device)
     runner = Runner([c for c in CASES if args.cases is None or c.key in args.cases.split(",")], device)
     with_rss = C.rss_probe_available() and not args.no_rss
-    runner.set_inputs(make_inputs(1 << 16, args.seq_len, device))
+    runner.set_inputs(make_inputs(1 << 16, MAX_ROW, device))
     for c in runner.cfgs:  # one warm call per case (lazy allocations of a first call), at a small size
         runner.call(c, True)()
     for n in [C.parse_size(s) for s in args.sizes.split(",")]:
-        t0 = time.perf_counter()
-        runner.set_inputs(make_inputs(n, args.seq_len, device))
-        rows = memory_rows_cpu(runner, n, with_rss)
-        for row in rows:
-            row["memory_phase_s"] = time.perf_counter() - t0
+        runner.set_inputs(make_inputs(n, row_length(n), device))
+        for c in runner.cfgs:  # warm at this size
+            runner.call(c, True)()
+        for row in memory_rows_cpu(runner, n, with_rss):
             print("MEMROW " + json.dumps(row), flush=True)
         runner.x = None
 
@@ -285,7 +287,7 @@ def mem_worker(args) -> None:
 def run_mem_subprocess(args, sizes: list[int]) -> list[dict]:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_ARENA_MAX="2")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--mem-worker", "--sizes",
-           ",".join(C.fmt_size(s) for s in sizes), "--threads", str(args.threads), "--seq-len", str(args.seq_len)]
+           ",".join(C.fmt_size(s) for s in sizes), "--threads", str(args.threads)]
     if args.no_rss:
         cmd.append("--no-rss")
     if args.cases:
@@ -296,91 +298,100 @@ def run_mem_subprocess(args, sizes: list[int]) -> list[dict]:
     return [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("MEMROW ")]
 
 
-# --------------------------------------------------------------------------------------------------- report
+# --------------------------------------------------------------------------------------------------- results
 
 
-def merge(time_rows: list[dict], mem_rows: list[dict]) -> list[dict]:
-    mem = {(r["tokens"], r["case"]): r for r in mem_rows}
+def long_rows(device: str, n: int, samples: dict, syncs: dict, reps: int) -> list[dict]:
+    """One row per (case, metric) of one size: the case's own figures, and for SAT's cases the ratios to the
+    peer measured in the same run (columns device, loss, peer, tokens, metric, value)."""
+    rows = []
+    med = {k: (C.median(w), C.median(c)) for k, (w, c) in samples.items()}
+    for (key, mode), (wall, cpu) in samples.items():
+        case = next(c for c in CASES if c.key == key)
+        peer, sfx = case.peer or "", "" if mode == "fwd+bwd" else "_fwd"
+
+        def add(metric: str, value) -> None:
+            rows.append({"device": device, "loss": key, "peer": peer, "tokens": n, "metric": metric, "value": value})
+
+        add(f"time_ms{sfx}", med[(key, mode)][0] * 1e3)
+        add(f"time_ms_p10{sfx}", sorted(wall)[len(wall) // 10] * 1e3)
+        add(f"cpu_ms{sfx}", med[(key, mode)][1] * 1e3)
+        add(f"reps{sfx}", reps)
+        if mode == "fwd+bwd":
+            add("host_syncs", sum(syncs[key].values()))
+            add("host_sync_ops", " ".join(f"{k}:{v}" for k, v in sorted(syncs[key].items())) or "-")
+        if peer:
+            p_wall, p_cpu = samples[(peer, mode)]
+            add(f"time_ratio{sfx}", med[(key, mode)][0] / med[(peer, mode)][0])
+            add(f"time_ratio_paired{sfx}", C.median([a / b for a, b in zip(wall, p_wall)]))
+            add(f"cpu_time_ratio{sfx}", med[(key, mode)][1] / med[(peer, mode)][1])
+            if mode == "fwd+bwd":
+                add("host_syncs_peer", sum(syncs[peer].values()))
+    return rows
+
+
+def memory_long_rows(device: str, mem_rows: list[dict]) -> list[dict]:
+    by = {(r["tokens"], r["case"]): r for r in mem_rows}
+    rows = []
+    for r in mem_rows:
+        case = next(c for c in CASES if c.key == r["case"])
+        for k, metric in (("alloc_peak_fwdbwd_mib", "peak_alloc_mib"), ("alloc_peak_fwd_mib", "peak_alloc_mib_fwd"),
+                          ("rss_peak_fwdbwd_mib", "peak_rss_mib")):
+            if k not in r:
+                continue
+            base = {"device": device, "loss": r["case"], "peer": case.peer or "", "tokens": r["tokens"]}
+            rows.append({**base, "metric": metric, "value": r[k]})
+            p = by.get((r["tokens"], case.peer)) if case.peer else None
+            if p is not None and p.get(k, 0) > 0:
+                rows.append({**base, "metric": metric.replace("_mib", "_ratio"), "value": r[k] / p[k]})
+    return rows
+
+
+def _verdict(ratio: float, target: float) -> str:
+    return "yes" if ratio <= target else f"NO (+{100 * (ratio / target - 1):.0f}%)"
+
+
+def _table_rows(get: dict, sizes: list[int], keys: list[str], needs: str, cells) -> list[list]:
+    """One table row per (size, case) that has the metric ``needs``: size, case, then ``cells(size, metric)``."""
     out = []
-    for r in time_rows:
-        m = mem.get((r["tokens"], r["case"]), {})
-        row = dict(r)
-        key = "alloc_peak_fwd_mib" if r["mode"] == "fwd" else "alloc_peak_fwdbwd_mib"
-        if key in m:
-            row["peak_alloc_mib"] = m[key]
-        if r["mode"] == "fwd+bwd" and "rss_peak_fwdbwd_mib" in m:
-            row["peak_rss_mib"] = m["rss_peak_fwdbwd_mib"]
-        if "memory_phase_s" in m:
-            row["memory_phase_s"] = m["memory_phase_s"]
-        out.append(row)
-    by = {(r["tokens"], r["case"], r["mode"]): r for r in out}
-    for r in out:
-        peer = Case(r["loss"], r["scope"], "").peer
-        p = by.get((r["tokens"], peer, r["mode"])) if peer else None
-        if p is None:
-            continue
-        for k, kr in (("peak_alloc_mib", "mem_ratio_vs_peer"), ("peak_rss_mib", "rss_ratio_vs_peer")):
-            if k in r and k in p and p[k] > 0:
-                r[kr] = r[k] / p[k]
+    for n in sizes:
+        for k in keys:
+            metric = lambda m, k=k, n=n: get.get((k, n, m))  # noqa: E731
+            if metric(needs) is not None:
+                out.append([C.fmt_size(n), k, *cells(n, metric)])
     return out
 
 
-def _verdict(ratios: list[float], target: float) -> str:
-    """"yes" when every ratio meets the target, else "NO (by x%)" for the worst one."""
-    worst = max(float(r) for r in ratios)
-    return "yes" if worst <= target else f"NO (+{100 * (worst / target - 1):.0f}%)"
+def render(rows: list[dict], env: dict, out_dir: Path, stem: str) -> None:
+    get = {(r["loss"], r["tokens"], r["metric"]): r["value"] for r in rows}
+    sizes = sorted({r["tokens"] for r in rows})
+    keys = [c.key for c in CASES if any(r["loss"] == c.key for r in rows)]
+    f = lambda v, d=2: "" if v is None else f"{float(v):.{d}f}"  # noqa: E731
 
+    def headline(n, g):
+        target = TARGETS["small"] if n <= SMALL else TARGETS["large"] if n >= LARGE else None
+        return [f(g("time_ratio"), 3), f(g("cpu_time_ratio"), 3), f(g("time_ratio_paired"), 3),
+                f(g("peak_alloc_ratio"), 3), f(g("peak_rss_ratio"), 3), f"{g('host_syncs')} / {g('host_syncs_peer')}",
+                "-" if target is None else f"<= {target}: {_verdict(float(g('time_ratio')), target)}"]
 
-def render(rows: list[dict], env: dict, out_dir: Path, stem: str, targets: tuple[float, float]) -> None:
-    t_target, m_target = targets
-    f = lambda v, d=1: "" if v is None or v == "" else f"{float(v):.{d}f}"  # noqa: E731
-    head = ["tokens", "case", "fwd ms", "fwd ratio", "fwd peak MiB", "fwd mem ratio", "fwd+bwd ms", "fwd+bwd ratio",
-            "fwd+bwd peak MiB", "fwd+bwd mem ratio", "RSS peak MiB", "RSS ratio"]
-    by = {(r["tokens"], r["case"], r["mode"]): r for r in rows}
-    body = []
-    for n in sorted({r["tokens"] for r in rows}):
-        for c in [c.key for c in CASES]:
-            a, b = by.get((n, c, "fwd"), {}), by.get((n, c, "fwd+bwd"), {})
-            if not a and not b:
-                continue
-            body.append([C.fmt_size(n), c, f(a.get("time_ms_median"), 2), f(a.get("time_ratio_vs_peer"), 3),
-                         f(a.get("peak_alloc_mib")), f(a.get("mem_ratio_vs_peer"), 3), f(b.get("time_ms_median"), 2),
-                         f(b.get("time_ratio_vs_peer"), 3), f(b.get("peak_alloc_mib")),
-                         f(b.get("mem_ratio_vs_peer"), 3), f(b.get("peak_rss_mib")), f(b.get("rss_ratio_vs_peer"), 3)])
-    # headline: SAT[micro] and SAT[global] vs vanilla, SAT-GSPO vs gspo, forward+backward, sizes >= 1M
-    hl_head = ["tokens", "case", "time ratio (fwd+bwd)", "paired", "CPU-time ratio", "peak-alloc ratio", "RSS ratio",
-               f"time <= {t_target}x (wall and CPU)", f"mem <= {m_target}x (alloc and RSS)"]
-    hl = []
-    for n in sorted({r["tokens"] for r in rows}):
-        for c in [c.key for c in CASES if c.peer]:
-            b = by.get((n, c, "fwd+bwd"))
-            if b is None or "time_ratio_vs_peer" not in b:
-                continue
-            tr, mr = b["time_ratio_vs_peer"], b.get("mem_ratio_vs_peer")
-            times = [tr, b.get("cpu_ratio_vs_peer", tr)]
-            mems = [v for v in (mr, b.get("rss_ratio_vs_peer")) if v not in (None, "")]
-            hl.append([C.fmt_size(n), c, f(tr, 3), f(b.get("time_ratio_paired_median"), 3),
-                       f(b.get("cpu_ratio_vs_peer"), 3), f(mr, 3), f(b.get("rss_ratio_vs_peer"), 3),
-                       _verdict(times, t_target) if n >= 1 << 20 else "-",
-                       _verdict(mems, m_target) if n >= 1 << 20 else "-"])
-    # the global gate scope's extra cost over the micro scope, same loss
-    gl_head = ["tokens", "loss", "global / micro time (fwd+bwd)", "global / micro peak alloc"]
-    gl = []
-    for n in sorted({r["tokens"] for r in rows}):
-        for loss in ("sat", "sat_gspo"):
-            g, m = by.get((n, f"{loss}[global]", "fwd+bwd")), by.get((n, f"{loss}[micro]", "fwd+bwd"))
-            if g and m:
-                gl.append([C.fmt_size(n), loss, f(g["time_ms_median"] / m["time_ms_median"], 3),
-                           f(g["peak_alloc_mib"] / m["peak_alloc_mib"], 3) if m.get("peak_alloc_mib") else ""])
-    note = ("Ratios are SAT's median over its peer's median in the same run (peer: `vanilla` for `sat`, `gspo` for "
-            "`sat_gspo`); `paired` is the median of the per-repetition ratios; `CPU-time` is the same ratio on the process CPU "
-            "time (on shared cores the steadier figure: time preempted by other jobs is not counted). Peak memory is above the live "
-            "inputs; `peak` = torch CPU allocator live-bytes peak from the profiler's memory events (CUDA: "
-            "max_memory_allocated), `RSS` = VmHWM delta in a fresh process. Targets apply from 1M tokens up.")
+    head = ["tokens", "case", "time ratio", "CPU-time ratio", "paired", "peak-alloc ratio", "RSS ratio",
+            "host syncs / call (SAT / peer)", "time target"]
+    hl = _table_rows(get, sizes, keys, "time_ratio", headline)
+    all_head = ["tokens", "case", "fwd+bwd ms (median)", "p10 ms", "CPU ms", "reps", "peak alloc MiB", "RSS MiB",
+                "host syncs", "sync ops"]
+    body = _table_rows(get, sizes, keys, "time_ms", lambda n, g: [
+        f(g("time_ms"), 3), f(g("time_ms_p10"), 3), f(g("cpu_ms"), 3), g("reps"), f(g("peak_alloc_mib"), 2),
+        f(g("peak_rss_mib"), 2), g("host_syncs"), g("host_sync_ops")])
+    note = ("Ratios: SAT's median over its peer's median in the same run (peer: `vanilla` for `sat`, `gspo` for "
+            "`sat_gspo`); `CPU-time` is the same on the process CPU time (time preempted by other jobs on the shared "
+            "cores is not counted); `paired` is the median of the per-repetition ratios. Peak memory is above the live "
+            "inputs: torch's CPU allocator peak from the profiler's memory events (CUDA: max_memory_allocated) and the "
+            "RSS growth of a fresh process. Host syncs: values read back to the host or data-dependent output shapes, "
+            f"per call (`_common.host_syncs`). Time targets: <= {TARGETS['small']}x up to 32K tokens, "
+            f"<= {TARGETS['large']}x from 1M up.")
     C.write_md(out_dir / f"{stem}.md", "bench_loss: SAT vs verl's vanilla / gspo", env,
-               [("Headline (forward+backward)", C.md_table(hl_head, hl) + "\n\n" + note),
-                ("The global gate scope's extra cost", C.md_table(gl_head, gl)),
-                ("All measurements (medians)", C.md_table(head, body))])
+               [("Headline (forward+backward)", C.md_table(head, hl) + "\n\n" + note),
+                ("All measurements", C.md_table(all_head, body))])
     plot(rows, out_dir / f"{stem}.png", env)
 
 
@@ -390,23 +401,24 @@ def plot(rows: list[dict], path: Path, env: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-    by = {(r["tokens"], r["case"], r["mode"]): r for r in rows}
+    get = {(r["loss"], r["tokens"], r["metric"]): r["value"] for r in rows}
     sizes = sorted({r["tokens"] for r in rows})
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     for c in CASES:
-        xs = [n for n in sizes if (n, c.key, "fwd+bwd") in by]
-        axes[0].loglog(xs, [by[(n, c.key, "fwd+bwd")]["time_ms_median"] for n in xs], marker="o", label=c.key)
-        if c.peer:
-            for ax, k, ls in ((axes[1], "time_ratio_vs_peer", "-"), (axes[2], "mem_ratio_vs_peer", "-")):
-                ys = [(n, by[(n, c.key, "fwd+bwd")].get(k)) for n in xs]
-                ys = [(n, y) for n, y in ys if y is not None]
-                if ys:
-                    ax.semilogx([n for n, _ in ys], [y for _, y in ys], marker="o", ls=ls, label=c.key)
-    axes[0].set(title="forward+backward time (median)", xlabel="tokens", ylabel="ms")
-    axes[1].axhline(TARGETS[0], color="k", ls=":", lw=1, label=f"target {TARGETS[0]}x")
-    axes[1].set(title="time / peer (vanilla or gspo)", xlabel="tokens", ylabel="ratio")
-    axes[2].axhline(TARGETS[1], color="k", ls=":", lw=1, label=f"target {TARGETS[1]}x")
-    axes[2].set(title="peak memory / peer (fwd+bwd)", xlabel="tokens", ylabel="ratio")
+        xs = [n for n in sizes if (c.key, n, "time_ms") in get]
+        if not xs:
+            continue
+        axes[0].loglog(xs, [float(get[(c.key, n, "time_ms")]) for n in xs], marker="o", label=c.key)
+        for ax, m in ((axes[1], "time_ratio"), (axes[2], "peak_alloc_ratio")):
+            ys = [(n, get.get((c.key, n, m))) for n in xs]
+            ys = [(n, float(y)) for n, y in ys if y is not None]
+            if ys:
+                ax.semilogx([n for n, _ in ys], [y for _, y in ys], marker="o", label=c.key)
+    axes[0].set(title="forward+backward time (median)", xlabel="tokens per call", ylabel="ms")
+    axes[1].axhline(TARGETS["small"], color="k", ls=":", lw=1, label=f"target {TARGETS['small']}x (<= 32K)")
+    axes[1].axhline(TARGETS["large"], color="k", ls="--", lw=1, label=f"target {TARGETS['large']}x (>= 1M)")
+    axes[1].set(title="time / peer (vanilla or gspo)", xlabel="tokens per call", ylabel="ratio")
+    axes[2].set(title="peak memory / peer (fwd+bwd)", xlabel="tokens per call", ylabel="ratio")
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
@@ -421,21 +433,27 @@ def plot(rows: list[dict], path: Path, env: dict) -> None:
 
 
 def default_reps(n: int) -> int:
-    return 9 if n <= 1 << 18 else 7 if n <= 1 << 22 else 5 if n <= 1 << 24 else 3
+    return 201 if n <= SMALL else 41 if n <= 1 << 17 else 9 if n <= 1 << 20 else 5 if n <= 1 << 22 else 3
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default=None, help=f"comma list of token counts (default {DEFAULT_SIZES})")
-    ap.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, 3 repetitions")
-    ap.add_argument("--reps", type=int, default=None, help="repetitions per size (default: 9 small ... 3 at 64M)")
+    ap.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, fewer repetitions")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions per size (default: 201 up to 32K ... 3 at 16M)")
     ap.add_argument("--threads", type=int, default=int(os.environ.get("SAT_BENCH_THREADS", "1")),
                     help="torch CPU threads (default 1: the cores here are shared, 1 thread is the stable figure)")
-    ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--no-rss", action="store_true", help="CPU: only the allocator peak, not the RSS cross-check")
-    ap.add_argument("--modes", default="fwd,fwd+bwd", help="timed modes (comma list of fwd, fwd+bwd)")
+    ap.add_argument("--modes", default="fwd+bwd", help="timed modes (comma list of fwd, fwd+bwd)")
     ap.add_argument("--cases", default=None, help="comma list of case keys (default all), e.g. vanilla,sat[micro]")
     ap.add_argument("--out", default=str(C.RESULTS))
     ap.add_argument("--stem", default=None, help="result file stem (default bench_loss_<device>)")
@@ -451,42 +469,46 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     sizes = [C.parse_size(s) for s in (args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)).split(",")]
     backend = init_one_rank_group(device)
-    env = C.environment(device, collective_backend=f"{backend} (1 rank)", seq_len=args.seq_len)  # at the start
+    env = C.environment(device, collective_backend=f"{backend} (1 rank)", max_tokens_per_row=MAX_ROW)
     cases = [c for c in CASES if args.cases is None or c.key in args.cases.split(",")]
     runner = Runner(cases, device)
     equal = equality_check(device)
     print(f"device={C.device_description(device)} backend={backend} c_min=1 bit-for-bit vs verl: {equal}", flush=True)
 
-    runner.set_inputs(make_inputs(1 << 16, args.seq_len, device))  # warm every case once
+    runner.set_inputs(make_inputs(1 << 16, MAX_ROW, device))  # warm every case once
     for c in cases:
         runner.call(c, True)()
-    time_rows, mem_rows = [], []
+    rows, mem_rows = [], []
     modes = tuple(m for m in ("fwd", "fwd+bwd") if m in args.modes.split(","))
     for n in sizes:
         t0 = time.perf_counter()
-        reps = args.reps or (3 if args.quick else default_reps(n))
-        runner.set_inputs(make_inputs(n, args.seq_len, device))
-        rows = time_size(runner, n, reps, device, modes)
-        for r in rows:
-            r["timing_phase_s"] = time.perf_counter() - t0
-        time_rows += rows
-        for r in rows:
-            if r["mode"] == "fwd+bwd":
-                print(f"{C.fmt_size(n):>5} {r['case']:18s} fwd+bwd {r['time_ms_median']:10.2f} ms"
-                      + (f"  x{r['time_ratio_vs_peer']:.3f} vs peer" if "time_ratio_vs_peer" in r else ""), flush=True)
+        reps = args.reps or (max(3, default_reps(n) // 4) if args.quick else default_reps(n))
+        runner.set_inputs(make_inputs(n, row_length(n), device))
+        for c in cases:  # warm at this size
+            runner.call(c, True)()
+        samples = time_size(runner, reps, device, modes)
+        size_rows = long_rows(device.type, n, samples, sync_counts(runner), reps)
+        rows += size_rows
+        by = {(r["loss"], r["metric"]): r["value"] for r in size_rows}
+        for c in cases:
+            ratio = by.get((c.key, "time_ratio"))
+            print(f"{C.fmt_size(n):>5} {c.key:18s} fwd+bwd {by[(c.key, 'time_ms')]:10.3f} ms  syncs {by[(c.key, 'host_syncs')]}"
+                  + (f"  x{ratio:.3f} vs peer (CPU x{by[(c.key, 'cpu_time_ratio')]:.3f})" if ratio else ""), flush=True)
+        print(f"{C.fmt_size(n):>5} {reps} reps in {time.perf_counter() - t0:.1f} s, load {_load()}", flush=True)
         if device.type == "cuda" and not args.no_memory:
             mem_rows += memory_rows_cuda(runner, n)
         runner.x = None
     if device.type == "cpu" and not args.no_memory:
         mem_rows = run_mem_subprocess(args, sizes)
-    rows = merge(time_rows, mem_rows)
+    rows += memory_long_rows(device.type, mem_rows)
     env.update(sat_c_min_1_bit_for_bit_vs_verl=str(equal), finished=C.environment(device)["date"],
+               load_avg_at_end=_load(),
                memory_method=("torch.cuda.max_memory_allocated" if device.type == "cuda" else
                               "profiler memory events (torch CPU allocator) + RSS VmHWM delta, fresh process"))
     out = Path(args.out)
     stem = args.stem or f"bench_loss_{device.type}"
     C.write_csv(out / f"{stem}.csv", rows, env)
-    render(rows, env, out, stem, TARGETS)
+    render(rows, env, out, stem)
     print(f"wrote {out / stem}.csv/.md/.png")
 
 

@@ -1,18 +1,18 @@
 """The diagnostics of one SAT loss call: the paper's Table 10 and Eq. 52, plus sat_ext's counters and verl's
-own keys, always the same key set (:data:`METRIC_KEYS`), as 0-d float32 tensors.
+own keys, always the same key set (:data:`METRIC_KEYS`), as one float32 vector (one device-to-host copy).
 
-Fractions divide by max(n, 1), n an exact count: the active tokens (less the non-finite ones), or the gate
-scope's entries for the Table 10 rows (responses, for SAT-GSPO's ``sequence`` option).
+The loss measures the sums of :data:`SUM_NAMES` (one float32 vector, no host read); every metric is a ratio of two
+linear combinations of them (plus a constant), evaluated by one matrix-vector product in float32
+(:func:`metric_vector`; the coefficients are the rows of :func:`_coefficients`). Fractions divide
+by max(n, 1), n an exact count: the active tokens (less the non-finite ones), or the gate scope's entries
+for the Table 10 rows (responses, for SAT-GSPO's ``sequence`` option).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 
 import torch
-
-from .surrogate import SurrogateOutput
-from .trust_region import SparseRegion
 
 METRIC_KEYS = (
     "active",
@@ -33,36 +33,73 @@ METRIC_KEYS = (
 )
 
 
-@dataclass
-class Measured:
-    """Counts and sums one loss call measured (0-d tensors) and its gate."""
+SUM_NAMES = (
+    "n_active",  # active tokens, less the non-finite ones
+    "n_input",  # active tokens as given
+    "kl_log_ratio_sum",  # sum of the log-ratio verl's ppo_kl is reported on
+    "n_scope",  # active entries of the gate scope (tokens, or responses for "sequence")
+    "contraction_min",  # min c over the gate (1 off it)
+    "q",
+    "n_unclamped",  # active tokens whose |log-ratio| is at most 20
+    "abs_log_ratio_sum",  # sum of |log r_tok| (Eq. 52)
+    "score_abs_sum",  # sum of |d| over the gate scope
+    "n_gated",
+    "deficit_sum",  # sum over the gate of (1 - c)
+    "deficit_signed_sum",  # sum over the gate of (1 - c) sign(d)
+    "neg_n_clipped",  # -#{-A clip(r) > -A r} (verl's pg_clipfrac): the clip counts come as sums of -1 indicators
+    "neg_n_nominal_clipped",  # clipped by the nominal interval too (SAT's lies inside it)
+    "neg_n_dual_clipped",  # only with a dual clip (the vector is one shorter without)
+)
+"""The sums one loss call measures, in the order of the float32 vector :func:`metric_vector` takes."""
 
-    n_active: torch.Tensor  # active tokens, less the non-finite ones
-    n_input: torch.Tensor  # active tokens as given
-    n_nonfinite: torch.Tensor  # of those, non-finite (masked out)
-    n_clamped: torch.Tensor  # active tokens whose |log-ratio| exceeded 20
-    abs_log_ratio_sum: torch.Tensor  # sum of |log r_tok| over active tokens (Eq. 52)
-    kl_log_ratio_sum: torch.Tensor  # sum of the log-ratio verl's ppo_kl is reported on
-    region: SparseRegion  # the gated entries of the gate scope
-    n_scope: torch.Tensor  # active entries of the gate scope (tokens, or responses)
-    score_abs_sum: torch.Tensor  # sum of |d| over them
-    surrogate: SurrogateOutput
+
+def _row(one: float = 0.0, **coef: float) -> list[float]:
+    """Coefficients of the sums, then the constant."""
+    return [coef.get(name, 0.0) for name in SUM_NAMES] + [one]
 
 
-def metrics(m: Measured) -> dict[str, torch.Tensor]:
-    """Every key of :data:`METRIC_KEYS` (Table 10 from :meth:`SparseRegion.table10`)."""
-    s = m.surrogate
-    denom = m.n_active.float().clamp_min(1.0)
-    return {
-        "active": torch.ones((), device=denom.device),
-        **m.region.table10(m.n_scope),
-        "abs_log_ratio_mean": m.score_abs_sum / m.n_scope.float().clamp_min(1.0),
-        "d_pi": m.abs_log_ratio_sum / denom,
-        "newly_clipped_frac": s.n_newly_clipped.float() / denom,
-        "nonfinite_frac": m.n_nonfinite.float() / m.n_input.float().clamp_min(1.0),
-        "log_ratio_clamped_frac": m.n_clamped.float() / denom,
-        "empty_microbatch": (m.n_active == 0).float(),
-        "pg_clipfrac": s.n_clipped.float() / denom,
-        "pg_clipfrac_lower": s.n_dual_clipped.float() / denom,
-        "ppo_kl": -m.kl_log_ratio_sum / denom,
+@functools.lru_cache(maxsize=16)
+def _coefficients(eps_low: float, eps_high: float, dual: bool, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """metric i = offset_i + (num_i . sums + num const) / max(den_i . sums + den const, 1), as (the 30 x 15
+    matrix of numerator and denominator rows, their constants, the offsets); read-only, cached per device.
+
+    The Table 10 radii: E[eps c-] = eps (n - sum over the gate with d < 0 of (1 - c)) / n (c = 1 off the
+    gate), the side sums being (deficit_sum -+ deficit_signed_sum) / 2. empty_microbatch = 1 - n / max(n, 1).
+    """
+    per_token = _row(n_active=1.0)
+    rows = {
+        "active": (_row(one=1.0), _row(), 0.0),
+        "gate_rate": (_row(n_gated=1.0), _row(n_scope=1.0), 0.0),
+        "threshold_q": (_row(q=1.0), _row(), 0.0),
+        "radius_low_mean": (_row(n_scope=eps_low, deficit_sum=-eps_low / 2, deficit_signed_sum=eps_low / 2),
+                            _row(n_scope=1.0), 0.0),
+        "radius_high_mean": (_row(n_scope=eps_high, deficit_sum=-eps_high / 2, deficit_signed_sum=-eps_high / 2),
+                             _row(n_scope=1.0), 0.0),
+        "contraction_min": (_row(contraction_min=1.0), _row(), 0.0),
+        "abs_log_ratio_mean": (_row(score_abs_sum=1.0), _row(n_scope=1.0), 0.0),
+        "d_pi": (_row(abs_log_ratio_sum=1.0), per_token, 0.0),
+        "newly_clipped_frac": (_row(neg_n_clipped=-1.0, neg_n_nominal_clipped=1.0), per_token, 0.0),
+        "nonfinite_frac": (_row(n_input=1.0, n_active=-1.0), _row(n_input=1.0), 0.0),
+        "log_ratio_clamped_frac": (_row(n_active=1.0, n_unclamped=-1.0), per_token, 0.0),
+        "empty_microbatch": (_row(n_active=-1.0), per_token, 1.0),
+        "pg_clipfrac": (_row(neg_n_clipped=-1.0), per_token, 0.0),
+        "pg_clipfrac_lower": (_row(neg_n_dual_clipped=-1.0), per_token, 0.0),
+        "ppo_kl": (_row(kl_log_ratio_sum=-1.0), per_token, 0.0),
     }
+    table = torch.tensor([rows[k][0] for k in METRIC_KEYS] + [rows[k][1] for k in METRIC_KEYS], device=device)
+    offset = torch.tensor([rows[k][2] for k in METRIC_KEYS], device=device)
+    coef = table[:, :-1] if dual else table[:, :-2]  # without a dual clip pg_clipfrac_lower is 0
+    return coef.contiguous(), table[:, -1].contiguous(), offset
+
+
+def metric_vector(sums: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
+    """Every metric of :data:`METRIC_KEYS`, in that order, as one float32 vector, from the sums of
+    :data:`SUM_NAMES` (a float32 vector in that order, without the last without a dual clip)."""
+    coef, const, offset = _coefficients(eps_low, eps_high, sums.numel() == len(SUM_NAMES), sums.device)
+    num, den = torch.addmv(const, coef, sums).view(2, -1)
+    return num.div_(den.clamp_min_(1.0)).add_(offset)
+
+
+def metric_dict(vector: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The metric vector as ``{key: 0-d tensor}``."""
+    return dict(zip(METRIC_KEYS, vector.unbind()))

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from .scalars import scalar
+
 C_FLOOR = torch.finfo(torch.float32).tiny
 
 
@@ -27,9 +29,9 @@ def contraction(abs_d: torch.Tensor, q: torch.Tensor, kernel: str, exponent: flo
     # Each form allocates one tensor and updates it in place (the same operations, in the same order, as
     # the formulas above).
     if kernel == "hill":
-        c = (abs_d / q).pow_(exponent).add_(1.0).reciprocal_()
+        c = (abs_d / q).pow_(exponent).add_(scalar(1.0)).reciprocal_()
     elif kernel == "hill_shifted":
-        c = (abs_d - q).div_(q).pow_(exponent).add_(1.0).reciprocal_()
+        c = (abs_d - q).div_(q).pow_(exponent).add_(scalar(1.0)).reciprocal_()
     elif kernel == "power":
         c = (q / abs_d).pow_(exponent)
     elif kernel == "exp":

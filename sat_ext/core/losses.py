@@ -16,100 +16,75 @@ does. The score is d_it = sg(m_i) on every active token of response i, with the 
 (``gspo_gate_level="broadcast"``, the paper's); the options are one score per response with a quantile over
 responses ("sequence") and each token's own log-ratio ("token").
 
-Both return a :class:`SATLossOutput` whose ``loss_mat`` the framework aggregates (verl ``agg_loss``,
-OpenRLHF ``aggregate_loss``; an empty micro-batch takes :func:`empty_microbatch_loss` instead) and whose
-``metrics`` have the same keys whatever the input. Only ``log_prob`` gets a gradient.
+Every step is dense and branch-free: no host read, no data-dependent shape (non-finite inputs are zeroed and
+masked out arithmetically, the quantile's rank is a tensor), so a call costs the same work whatever the
+data and launches no host round-trip. Both return a :class:`SATLossOutput` whose ``loss_mat`` the framework
+aggregates (verl ``agg_loss``, OpenRLHF ``aggregate_loss``; an empty micro-batch takes
+:func:`empty_microbatch_loss` instead) and whose metrics have the same keys whatever the input. Only
+``log_prob`` gets a gradient.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
 from .config import GSPO_LOG_RATIO_MAX, LOG_RATIO_CLAMP, SATConfig
-from .diagnostics import METRIC_KEYS, Measured, metrics
-from .surrogate import SurrogateInput, clipped_surrogate
-from .trust_region import SparseRegion, TrustRegion, gate_threshold, gated_bounds, sparse_trust_region
+from .diagnostics import METRIC_KEYS, metric_dict, metric_vector
+from .quantile import TOPK_MAX_NUMEL, global_masked_quantile, quantile_of_zeroed, weighted_quantile
+from .scalars import scalar
+from .surrogate import SurrogateInput, attach, surrogate_part
+from .trust_region import Gate, TrustRegion, gate, sat_clip
 
 __all__ = ["METRIC_KEYS", "SATLossOutput", "empty_microbatch_loss", "sat_gspo_loss", "sat_token_loss"]
 
 
 @dataclass
-class SATLossOutput:
-    """Per-token loss (to aggregate), the ratio's values, SAT's clip mask, the gate and the diagnostics."""
+class Detail:
+    """What a loss call computed per token, rebuilt on demand: the ratio, the gate scope's bounds and SAT's
+    clip mask (-A clip(r, lo, hi) > -A r, verl's pg_clipfrac), in the loss's shape (the region in its scope's)."""
 
-    loss_mat: torch.Tensor
-    ratio: torch.Tensor  # detached
+    ratio: torch.Tensor
+    region: TrustRegion
     clipped: torch.Tensor
-    gate: SparseRegion  # the gated entries of the gate scope (tokens; responses for the "sequence" option)
-    metrics: dict[str, torch.Tensor]
-
-    @cached_property
-    def region(self) -> TrustRegion:
-        """The gate scope's bounds as dense tensors (built on demand)."""
-        return self.gate.dense()
-
-
-# ------------------------------------------------------------------------------------------------- inputs
 
 
 @dataclass
-class _Inputs:
-    """Float32 inputs of one loss call, after the non-finite policy."""
+class SATLossOutput:
+    """Per-token loss (to aggregate) and the diagnostics (:data:`METRIC_KEYS` in order in ``metric_vector``,
+    as a dict in ``metrics``); the per-token details are recomputed when first asked for."""
 
-    lp: torch.Tensor  # with its graph to log_prob
-    old: torch.Tensor
-    adv: torch.Tensor
-    rollout: torch.Tensor | None  # the rollout log-prob, with proxy "rollout" only
-    weights: torch.Tensor | None  # per-token loss weights (verl's rollout_is_weights)
-    input_mask: torch.Tensor  # the active mask as given
-    mask: torch.Tensor  # the active mask less the non-finite entries
-    bad: torch.Tensor | None  # the non-finite entries (None when all are finite)
-    raw: torch.Tensor  # sg(lp) - old
+    loss_mat: torch.Tensor
+    metric_vector: torch.Tensor
+    details: Callable[[], Detail]
 
+    @cached_property
+    def metrics(self) -> dict[str, torch.Tensor]:
+        return metric_dict(self.metric_vector)
 
-def _finite(*tensors: torch.Tensor | None) -> bool:
-    """One reduction per tensor: a NaN or Inf (or an overflowing sum) makes the total non-finite."""
-    total = sum(t.sum() for t in tensors if t is not None and t.numel())
-    return bool(torch.isfinite(torch.as_tensor(total)))
+    @cached_property
+    def _detail(self) -> Detail:
+        with torch.no_grad():
+            return self.details()
 
+    @property
+    def ratio(self) -> torch.Tensor:
+        """The ratio's values (detached)."""
+        return self._detail.ratio
 
-def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights):
-    """Upcast to float32; non-finite entries (NaN/Inf in any tensor the loss reads) are zeroed and masked out
-    (policy "mask") or raise a ValueError naming the tensor (policy "raise", active tokens only)."""
-    mask = mask.bool()
-    rollout = rollout_log_prob if cfg.proxy == "rollout" else None
-    if cfg.proxy == "rollout" and rollout is None:
-        raise ValueError("SAT proxy='rollout' needs rollout_log_prob, which was not given")
-    named = {"log_prob": log_prob, "old_log_prob": old_log_prob, "advantages": advantages,
-             "rollout_log_prob": rollout, "rollout_is_weights": rollout_is_weights}
-    t = {k: v.float() for k, v in named.items() if v is not None}
-    raw = t["log_prob"].detach() - t["old_log_prob"]
-    bad = None
-    if not _finite(raw, t["advantages"], t.get("rollout_log_prob"), t.get("rollout_is_weights")):
-        finite = torch.ones_like(mask)
-        for name, v in t.items():
-            f = torch.isfinite(v)
-            if cfg.nonfinite == "raise" and bool((~f & mask).any()):
-                n = int((~f & mask).sum())
-                raise ValueError(f"SAT input '{name}' has {n} non-finite (NaN/Inf) values at active tokens "
-                                 f"(sat nonfinite='raise'; 'mask' zeroes and counts them in nonfinite_frac)")
-            finite &= f
-        if not bool(finite.all()):  # (else: finite values whose sum overflowed)
-            bad = ~finite
-            t = {k: torch.where(bad, torch.zeros_like(v), v) for k, v in t.items()}
-            raw = t["log_prob"].detach() - t["old_log_prob"]
-    # A masked non-finite token is padding for everything (the gate's quantile and SAT-GSPO's means too).
-    return _Inputs(lp=t["log_prob"], old=t["old_log_prob"], adv=t["advantages"], rollout=t.get("rollout_log_prob"),
-                   weights=t.get("rollout_is_weights"), input_mask=mask, mask=mask if bad is None else mask & ~bad,
-                   bad=bad, raw=raw)
+    @property
+    def region(self) -> TrustRegion:
+        """The gate scope's bounds as dense tensors (SAT-GSPO's broadcast gate on its tokens)."""
+        return self._detail.region
 
-
-def _masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return torch.where(mask, x, 0.0).sum()
+    @property
+    def clipped(self) -> torch.Tensor:
+        """SAT's clip mask, -A clip(r, lo, hi) > -A r (verl's pg_clipfrac), dense bool."""
+        return self._detail.clipped
 
 
 def empty_microbatch_loss(loss_mat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -121,19 +96,131 @@ def empty_microbatch_loss(loss_mat: torch.Tensor, mask: torch.Tensor) -> torch.T
     return torch.where(mask.bool(), loss_mat, 0.0).sum()
 
 
-def _surrogate_input(x: _Inputs, ratio, gated: SparseRegion, cfg: SATConfig, dratio_dx) -> SurrogateInput:
-    return SurrogateInput(ratio=ratio.reshape(-1), adv=x.adv.reshape(-1), mask=x.mask.reshape(-1),
-                          gated_index=gated.index, gated_lo=gated.lo, gated_hi=gated.hi, eps_low=cfg.eps_low,
-                          eps_high=cfg.eps_high, dual_clip=cfg.dual_clip,
-                          dratio_dx=None if dratio_dx is None else dratio_dx.reshape(-1),
-                          weights=None if x.weights is None else x.weights.reshape(-1),
-                          bad=None if x.bad is None else x.bad.reshape(-1))
+# ------------------------------------------------------------------------------------------------- inputs
 
 
-def _counts(x: _Inputs) -> dict[str, torch.Tensor]:
-    n_input = torch.count_nonzero(x.input_mask)
-    n_active = n_input if x.bad is None else torch.count_nonzero(x.mask)
-    return {"n_active": n_active, "n_input": n_input, "n_nonfinite": n_input - n_active}
+@dataclass
+class _Inputs:
+    """Float32 inputs of one loss call after the non-finite policy: every tensor finite, and a token with a
+    non-finite input is padding (advantage 0, inactive)."""
+
+    lp: torch.Tensor  # with its graph to log_prob
+    raw: torch.Tensor  # sg(lp) - old, 0 where non-finite
+    adv: torch.Tensor  # 0 where any input of the token is non-finite
+    active: torch.Tensor  # 0/1 float32: the mask less the non-finite tokens
+    n_input: torch.Tensor  # active tokens as given
+    ref_raw: torch.Tensor | None  # sg(lp) - rollout, with proxy "rollout" only
+    weights: torch.Tensor | None  # per-token loss weights (verl's rollout_is_weights)
+
+
+def _raise_on_nonfinite(named: dict[str, torch.Tensor | None], mask: torch.Tensor) -> None:
+    """Policy "raise" (not the default; it reads every tensor back to the host): a ValueError naming the first
+    tensor with a non-finite value at an active token."""
+    for name, v in named.items():
+        if v is not None and bool((~torch.isfinite(v) & mask).any()):
+            n = int((~torch.isfinite(v) & mask).sum())
+            raise ValueError(f"SAT input '{name}' has {n} non-finite (NaN/Inf) values at active tokens "
+                             f"(sat nonfinite='raise'; 'mask' zeroes and counts them in nonfinite_frac)")
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.float32 else t.float()
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dim() == 1 else t.reshape(-1)
+
+
+def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights,
+            flat: bool = False) -> _Inputs:
+    """Upcast to float32 and apply the non-finite policy, branch-free: ``x * 0`` is 0 for a finite x and NaN
+    otherwise, so one sum of such products marks every token with a non-finite input. ``flat``: every tensor
+    but ``lp`` flattened to 1-d."""
+    mask = mask if mask.dtype == torch.bool else mask.bool()
+    rollout = rollout_log_prob if cfg.proxy == "rollout" else None
+    if cfg.proxy == "rollout" and rollout is None:
+        raise ValueError("SAT proxy='rollout' needs rollout_log_prob, which was not given")
+    if cfg.nonfinite == "raise":
+        _raise_on_nonfinite({"log_prob": log_prob, "old_log_prob": old_log_prob, "advantages": advantages,
+                             "rollout_log_prob": rollout, "rollout_is_weights": rollout_is_weights}, mask)
+    lp = log_prob
+    if lp.dtype != torch.float32:
+        with torch.enable_grad():  # the upcast stays in the graph
+            lp = lp.float()
+    shape = _flat if flat else (lambda t: t)
+    lp_value, mask = shape(lp), shape(mask)  # under no_grad: no graph
+    adv = shape(_f32(advantages))
+    raw = lp_value - shape(_f32(old_log_prob))
+    ref_raw = None if rollout is None else lp_value - shape(_f32(rollout))
+    weights = None if rollout_is_weights is None else shape(_f32(rollout_is_weights))
+    keep = torch.addcmul(scalar(1.0), raw, scalar(0.0))  # 1 + x * 0: NaN where x is not finite
+    for t in (adv, ref_raw, weights):
+        if t is not None:
+            keep.addcmul_(t, scalar(0.0))
+    keep.nan_to_num_(nan=0.0)  # 1 where every input is finite, else 0
+    adv = adv.nan_to_num(0.0, 0.0, 0.0).mul_(keep)
+    if weights is not None:
+        weights = weights.nan_to_num(0.0, 0.0, 0.0)
+    if ref_raw is not None:
+        ref_raw.nan_to_num_(0.0, 0.0, 0.0)
+    mask_f = mask.float()
+    return _Inputs(lp=lp, raw=raw.nan_to_num_(0.0, 0.0, 0.0), adv=adv, active=keep.mul_(mask_f), n_input=mask_f.sum(),
+                   ref_raw=ref_raw, weights=weights)
+
+
+def _threshold(abs_active: torch.Tensor, active: torch.Tensor, n: torch.Tensor, cfg: SATConfig, group,
+               counts: torch.Tensor | None = None) -> torch.Tensor:
+    """Eq. 14's q from |d| on the active entries (0 elsewhere), the 0/1 ``active`` and their number n (each
+    entry standing for ``counts`` entries when given: SAT-GSPO's responses)."""
+    if cfg.gate_scope == "global" and dist.is_available() and dist.is_initialized():
+        return global_masked_quantile(abs_active, active > 0, cfg.quantile, group=group, method=cfg.global_method,
+                                      rule=cfg.quantile_rule, counts=counts)
+    if counts is not None:
+        return weighted_quantile(abs_active, counts, cfg.quantile, cfg.quantile_rule)
+    return quantile_of_zeroed(_flat(abs_active), n, cfg.quantile, cfg.quantile_rule)
+
+
+def _deficit(g: Gate) -> torch.Tensor:
+    """1 - c on the gate, 0 off it (Table 10's contraction deficit)."""
+    return torch.sub(scalar(1.0), g.c)
+
+
+def _c_min(g: Gate) -> torch.Tensor:
+    """min c over (a part of) the gate scope, 1 off the gate (and for no entry at all)."""
+    return g.c.amin() if g.c.numel() else g.c.new_ones(())
+
+
+def _clip_nominal(ratio: torch.Tensor, cfg: SATConfig) -> torch.Tensor:
+    return ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
+
+
+CHUNK = 1 << 15
+
+
+def _chunks(n: int, device: torch.device, row: int = 1) -> list[slice | None]:
+    """Static slices of the n rows of ``row`` entries the per-token pass walks through (None: all at once): on
+    the CPU parts of about :data:`CHUNK` entries, whose temporaries stay in the cache and are reused by the
+    allocator instead of being paged in afresh (the cost of a large call); on a GPU one part."""
+    step = max(CHUNK // max(row, 1), 1)
+    if device.type != "cpu" or n <= step:
+        return [None]
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+def _part(t: torch.Tensor | None, sl: slice | None) -> torch.Tensor | None:
+    return t if t is None or sl is None else t[sl]
+
+
+def _surrogate_input(ratio, adv, g: Gate, act, dratio_dx, weights, cfg: SATConfig) -> SurrogateInput:
+    clipped_nominal = _clip_nominal(ratio, cfg)
+    return SurrogateInput(ratio=ratio, adv=adv, clipped=sat_clip(clipped_nominal, adv.sign(), g, cfg),
+                          clipped_nominal=clipped_nominal, active=act, dual_clip=cfg.dual_clip, dratio_dx=dratio_dx,
+                          weights=weights)
+
+
+def _result(loss_mat, sums: torch.Tensor, cfg: SATConfig, details) -> SATLossOutput:
+    return SATLossOutput(loss_mat=loss_mat, metric_vector=metric_vector(sums, cfg.eps_low, cfg.eps_high),
+                         details=details)
 
 
 # ----------------------------------------------------------------------------------------------- the losses
@@ -150,57 +237,49 @@ def sat_token_loss(
     rollout_is_weights: torch.Tensor | None = None,
 ) -> SATLossOutput:
     """Token-level SAT (SAT-GRPO with GRPO advantages); all tensors (batch, response_len)."""
-    x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
-    mask = x.mask
+    shape = log_prob.shape
     with torch.no_grad():
-        raw = x.raw
-        abs_raw = raw.abs()
-        abs_log_ratio_sum = _masked_sum(abs_raw, mask)
-        beyond = bool(raw.numel()) and bool(torch.amax(abs_raw) > LOG_RATIO_CLAMP)
-        passes = None
-        if beyond:  # |log-ratio| > 20: clamped as verl's vanilla does, no gradient through the clamp
-            passes = abs_raw <= LOG_RATIO_CLAMP
-            n_clamped = torch.count_nonzero(~passes & mask)
-            raw = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            abs_raw = abs_raw.clamp_max_(LOG_RATIO_CLAMP)
+        x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights, flat=True)
+        act = x.active
+        abs_raw = x.raw.abs()
+        passes = torch.le(abs_raw, scalar(LOG_RATIO_CLAMP)).float()  # the clamp's gradient gate, as verl's vanilla
+        n_active = act.sum()
+        d = x.raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # Eq. 13 (x.raw is this call's own tensor)
+        kl_sum = torch.mul(d, act).sum()  # clamped and summed as verl's vanilla does for ppo_kl, bit for bit
+        if x.ref_raw is None:
+            score, abs_active = d, abs_raw.clamp_max(LOG_RATIO_CLAMP).mul_(act)
         else:
-            n_clamped = torch.zeros((), dtype=torch.long, device=raw.device)
-        kl_sum = _masked_sum(raw, mask)  # on the clamped log-ratio, as verl's vanilla reports ppo_kl
-        if x.rollout is None:
-            d, abs_d, score_abs_sum = raw, abs_raw, abs_log_ratio_sum if not beyond else _masked_sum(abs_raw, mask)
-        else:
-            d = torch.clamp(x.lp.detach() - x.rollout, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            abs_d = d.abs()
-            score_abs_sum = _masked_sum(abs_d, mask)
-        gate = sparse_trust_region(d, mask, cfg, group, abs_d=abs_d)
-        del abs_raw, abs_d
-        ratio = raw.exp_()  # raw is this call's own tensor; d's gated entries are already gathered
-        dratio_dx = ratio if passes is None else torch.where(passes, ratio, 0.0)
-    sur = clipped_surrogate(x.lp, _surrogate_input(x, ratio, gate, cfg, dratio_dx))
-    measured = Measured(**_counts(x), n_clamped=n_clamped, abs_log_ratio_sum=abs_log_ratio_sum,
-                        kl_log_ratio_sum=kl_sum, region=gate, n_scope=torch.count_nonzero(mask),
-                        score_abs_sum=score_abs_sum, surrogate=sur)
-    return SATLossOutput(loss_mat=sur.loss_mat, ratio=ratio, clipped=sur.clipped, gate=gate,
-                         metrics=metrics(measured))
+            score = x.ref_raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            abs_active = score.abs().mul_(act)
+        q = _threshold(abs_active, act, n_active, cfg, group)
+        loss, coef = torch.empty_like(d), torch.empty_like(d)
+        part_sums, c_min = [], []
+        for sl in _chunks(d.numel(), d.device):
+            g = gate(_part(score, sl), _part(abs_active, sl), q, cfg)
+            ratio, pas, act_part = _part(d, sl).exp(), _part(passes, sl), _part(act, sl)
+            s = _surrogate_input(ratio, _part(x.adv, sl), g, act_part, torch.mul(pas, ratio), _part(x.weights, sl), cfg)
+            indicators, _ = surrogate_part(s, _part(loss, sl), _part(coef, sl))
+            deficit = _deficit(g)
+            rows = [pas, _part(abs_raw, sl), _part(abs_active, sl), g.gated, deficit, deficit * g.sign, *indicators]
+            part_sums.append(torch.mv(torch.stack(rows), act_part))  # SUM_NAMES n_unclamped .. the clip counts
+            c_min.append(_c_min(g))
+        if len(part_sums) > 1:
+            part_sums, c_min = [torch.stack(part_sums).sum(0)], [torch.stack(c_min).amin()]
+        head = torch.stack([n_active, x.n_input, kl_sum, n_active, c_min[0], q])
+        sums = torch.cat([head, part_sums[0]])
 
+    def details() -> Detail:
+        g = gate(score, abs_active, q, cfg)
+        ratio = d.exp()
+        _, clip_sign = surrogate_part(_surrogate_input(ratio, x.adv, g, act, None, None, cfg), torch.empty_like(d),
+                                      torch.empty_like(d))
+        r = g.region(cfg)
+        region = TrustRegion(lo=r.lo.view(shape), hi=r.hi.view(shape), c=r.c.view(shape), gated=r.gated.view(shape),
+                             q=q)
+        return Detail(ratio=ratio.view(shape), region=region, clipped=(clip_sign < 0).view(shape))
 
-def _broadcast_gate(d_seq, n_seq, mask, cfg: SATConfig, group) -> SparseRegion:
-    """Eq. 20's gate: the score of response i on each of its n_i active tokens, the quantile over tokens."""
-    abs_seq, has_tokens = d_seq.abs(), n_seq > 0
-    q = gate_threshold(abs_seq, has_tokens, cfg, group, counts=n_seq)  # one value per response, n_i times
-    return _tokens_of(sparse_trust_region(d_seq, has_tokens, cfg, q=q, abs_d=abs_seq), mask)
-
-
-def _tokens_of(seq_gate: SparseRegion, mask: torch.Tensor) -> SparseRegion:
-    """A response-level gate on the active tokens of the gated responses (each token gets its response's)."""
-    B, T = mask.shape
-    gated_rows = torch.zeros(B, dtype=torch.bool, device=mask.device)
-    gated_rows[seq_gate.index] = True
-    index = (mask & gated_rows.unsqueeze(-1)).view(-1).nonzero().view(-1)
-    at = torch.searchsorted(seq_gate.index, torch.div(index, T, rounding_mode="floor"))
-    return SparseRegion(q=seq_gate.q, shape=mask.shape, index=index, d=seq_gate.d[at], c=seq_gate.c[at],
-                        lo=seq_gate.lo[at], hi=seq_gate.hi[at], eps_low=seq_gate.eps_low,
-                        eps_high=seq_gate.eps_high)
+    weights = None if x.weights is None else x.weights.view(shape)
+    return _result(attach(x.lp, loss, coef.view(shape), x.adv.view(shape), weights), sums, cfg, details)
 
 
 def sat_gspo_loss(
@@ -217,53 +296,80 @@ def sat_gspo_loss(
     """SAT-GSPO on GSPO's sequence ratio; ``cfg.dual_clip`` applies as in the token loss (None: GSPO's own)."""
     if ratio_form not in ("token", "sequence"):
         raise ValueError(f"SAT-GSPO ratio_form must be 'token' or 'sequence', got {ratio_form!r}")
-    x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
-    mask = x.mask
-    n_seq = torch.count_nonzero(mask, dim=-1)  # = torch.sum(mask, dim=-1), as verl's gspo computes it
-    seq_len = n_seq.clamp(min=1)
     with torch.no_grad():
-        raw = x.raw
-        masked_raw = torch.where(mask, raw, 0.0)
-        seq_log_ratio = masked_raw.sum(dim=-1) / seq_len
-        kl_sum = masked_raw.sum()  # unclamped, as verl's gspo reports ppo_kl
-        del masked_raw
-        abs_raw = raw.abs()
-        abs_log_ratio_sum = _masked_sum(abs_raw, mask)
-        n_clamped = torch.count_nonzero((abs_raw > LOG_RATIO_CLAMP) & mask)
-        del abs_raw
-        if x.rollout is None:
-            seq_ref = seq_log_ratio
-        else:
-            ref_raw = x.lp.detach() - x.rollout
-            seq_ref = torch.where(mask, ref_raw, 0.0).sum(dim=-1) / seq_len
+        x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
+        act = x.active
+        n_seq = act.sum(dim=-1, keepdim=True)  # = torch.sum(mask, dim=-1), as verl's gspo computes it; (B, 1)
+        seq_len = n_seq.clamp(min=1.0)
+        masked_raw = x.raw * act
+        seq_log_ratio = masked_raw.sum(dim=-1, keepdim=True) / seq_len
+        abs_raw = x.raw.abs()
+        n_active = n_seq.sum()
+        kl_sum = masked_raw.sum()  # ppo_kl on the unclamped log-ratio, summed as verl's gspo does
+        abs_sum = torch.mul(abs_raw, act).sum()
+        n_unclamped = torch.mul(abs_raw.le_(scalar(LOG_RATIO_CLAMP)), act).sum()
+        ref = x.raw if x.ref_raw is None else x.ref_raw
+        gate_weights, token_mask = None, None
         if cfg.gspo_gate_level == "token":
-            d = torch.clamp(raw if x.rollout is None else ref_raw, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            gate = region = sparse_trust_region(d, mask, cfg, group)
-            n_scope, score_abs_sum = torch.count_nonzero(mask), _masked_sum(d.abs(), mask)
+            score = ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            abs_active = score.abs().mul_(act)
+            q = _threshold(abs_active, act, n_active, cfg, group)
+            n_scope = n_active
         else:
-            d_seq = torch.clamp(seq_ref, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            if cfg.gspo_gate_level == "broadcast":
-                gate = region = _broadcast_gate(d_seq, n_seq, mask, cfg, group)
-                n_scope, score_abs_sum = n_seq.sum(), (d_seq.abs() * n_seq).sum()
+            seq_ref = seq_log_ratio if x.ref_raw is None else (x.ref_raw * act).sum(dim=-1, keepdim=True) / seq_len
+            score = seq_ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            has_tokens = torch.gt(n_seq, scalar(0.0)).float()
+            abs_active = score.abs().mul_(has_tokens)
+            if cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
+                if cfg.gate_scope == "micro" and act.numel() <= TOPK_MAX_NUMEL:  # fewer ops: the token quantile
+                    q = quantile_of_zeroed(torch.mul(abs_active, act).view(-1), n_active, cfg.quantile,
+                                           cfg.quantile_rule)
+                else:  # less work: one score per response, counted n_i times (the same value)
+                    q = _threshold(abs_active, has_tokens, n_active, cfg, group, counts=n_seq.long())
+                gate_weights, token_mask, n_scope = n_seq, act, n_active
             else:  # "sequence": one score per response, quantile over responses
-                region = sparse_trust_region(d_seq, n_seq > 0, cfg, group)
-                gate = _tokens_of(region, mask)
-                n_scope, score_abs_sum = torch.count_nonzero(n_seq), _masked_sum(d_seq.abs(), n_seq > 0)
+                n_scope = has_tokens.sum()
+                q = _threshold(abs_active, has_tokens, n_scope, cfg, group)
+        g = gate(score, abs_active, q, cfg)
+        deficit = _deficit(g)
+        gate_rows = torch.stack([abs_active, g.gated, deficit, deficit * g.sign]).view(4, -1)
+        # SUM_NAMES score_abs_sum .. deficit_signed_sum, each entry counted once or n_i times
+        gate_sums = gate_rows.sum(1) if gate_weights is None else torch.mv(gate_rows, gate_weights.view(-1))
         if ratio_form == "token":
-            log_s = torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX)
-            rho = torch.exp(log_s).unsqueeze(-1)
-            ratio = rho.expand(mask.shape).contiguous()
-            passes = (seq_log_ratio <= GSPO_LOG_RATIO_MAX).unsqueeze(-1)
-            dratio_dx = ratio if bool(passes.all()) else torch.where(passes, rho, 0.0).expand(mask.shape)
+            ratio = torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX).exp_()
+            dratio_dx = torch.le(seq_log_ratio, scalar(GSPO_LOG_RATIO_MAX)).float().mul_(ratio)
     if ratio_form == "token":
         target = x.lp
     else:  # OpenRLHF's form: the sequence mean with its full gradient; the surrogate differentiates the ratio
-        seq_g = torch.where(mask, x.lp - x.old, 0.0).sum(dim=-1) / seq_len
-        target = torch.exp(torch.clamp(seq_g, max=GSPO_LOG_RATIO_MAX)).unsqueeze(-1) * mask
+        seq_g = torch.where(act > 0, x.lp - _f32(old_log_prob), 0.0).sum(dim=-1, keepdim=True) / seq_len
+        target = torch.exp(torch.clamp(seq_g, max=GSPO_LOG_RATIO_MAX)) * act
         ratio, dratio_dx = target.detach(), None
-    sur = clipped_surrogate(target, _surrogate_input(x, ratio, gate, cfg, dratio_dx))
-    measured = Measured(**_counts(x), n_clamped=n_clamped, abs_log_ratio_sum=abs_log_ratio_sum,
-                        kl_log_ratio_sum=kl_sum, region=region, n_scope=n_scope, score_abs_sum=score_abs_sum,
-                        surrogate=sur)
-    return SATLossOutput(loss_mat=sur.loss_mat, ratio=ratio, clipped=sur.clipped, gate=region,
-                         metrics=metrics(measured))
+    with torch.no_grad():
+        loss, coef = torch.empty_like(x.adv), torch.empty_like(x.adv)
+        clip_sums = []
+        for sl in _chunks(act.shape[0], act.device, act.shape[-1]):
+            gp = g if sl is None else Gate(q=q, d=g.d[sl], sign=g.sign[sl], gated=g.gated[sl], c=g.c[sl])
+            act_part = _part(act, sl)
+            s = _surrogate_input(_part(ratio, sl), _part(x.adv, sl), gp, act_part, _part(dratio_dx, sl),
+                                 _part(x.weights, sl), cfg)
+            indicators, _ = surrogate_part(s, _part(loss, sl), _part(coef, sl))
+            clip_sums.append(torch.mv(torch.stack(indicators).view(len(indicators), -1), act_part.view(-1)))
+        clip_sums = clip_sums[0] if len(clip_sums) == 1 else torch.stack(clip_sums).sum(0)
+        head = torch.stack([n_active, x.n_input, kl_sum, n_scope, _c_min(g), q, n_unclamped, abs_sum])
+        sums = torch.cat([head, gate_sums, clip_sums])  # in SUM_NAMES order
+
+    def details() -> Detail:
+        gg = g
+        if token_mask is not None:  # the response gate on the response's active tokens
+            gated = g.gated * token_mask
+            gg = Gate(q=q, d=g.d.expand_as(gated), sign=g.sign.expand_as(gated), gated=gated,
+                      c=torch.addcmul(torch.sub(scalar(1.0), gated), g.c, gated))
+        region = gg.region(cfg)
+        if cfg.gspo_gate_level == "sequence":  # one entry per response
+            region = TrustRegion(lo=region.lo.squeeze(-1), hi=region.hi.squeeze(-1), c=region.c.squeeze(-1),
+                                 gated=region.gated.squeeze(-1), q=q)
+        s = _surrogate_input(ratio, x.adv, g, act, None, None, cfg)
+        _, clip_sign = surrogate_part(s, torch.empty_like(x.adv), torch.empty_like(x.adv))
+        return Detail(ratio=ratio.expand(act.shape), region=region, clipped=clip_sign < 0)
+
+    return _result(attach(target, loss, coef, x.adv, x.weights), sums, cfg, details)

@@ -6,10 +6,10 @@
     hi     = 1 + eps_high * c  if gated and d > 0, else 1 + eps_high            Eq. 17 (c+ = c where d > 0)
     lo     = 1 - eps_low  * c  if gated and d < 0, else 1 - eps_low             Eq. 17 (c- = c where d < 0)
 
-so [lo, hi] always lies inside [1 - eps_low, 1 + eps_high] and contains 1. Only the gated entries (at most
-the top decile) differ from the nominal interval, so :func:`sparse_trust_region` keeps just those (their
-index, score, c and bounds); :func:`adaptive_trust_region`, the public clip strategy any clipped loss can
-take, returns the same bounds as dense tensors.
+so [lo, hi] always lies inside [1 - eps_low, 1 + eps_high] and contains 1. Everything is dense and
+branch-free (no host read, no data-dependent shape): :class:`Gate` holds q, the gate as 0/1 and c; the loss
+applies Eq. 17 to the clip directly (:func:`sat_clip`); :func:`adaptive_trust_region`, the public clip
+strategy any clipped loss can take, returns the bounds as tensors.
 """
 
 from __future__ import annotations
@@ -21,49 +21,10 @@ import torch.distributed as dist
 
 from .config import SATConfig
 from .kernels import C_FLOOR, contraction
-from .quantile import global_masked_quantile, masked_quantile, weighted_quantile
+from .quantile import global_masked_quantile, quantile_of_zeroed, weighted_quantile
+from .scalars import scalar
 
-
-@dataclass
-class SparseRegion:
-    """The gated entries of a score of shape ``shape``: flat ``index`` (ascending), score ``d``, factor ``c``
-    and bounds ``lo`` / ``hi``; every other entry has the nominal interval and c = 1."""
-
-    q: torch.Tensor
-    shape: torch.Size
-    index: torch.Tensor
-    d: torch.Tensor
-    c: torch.Tensor
-    lo: torch.Tensor
-    hi: torch.Tensor
-    eps_low: float
-    eps_high: float
-
-    def table10(self, n_scope: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The paper's Table 10 over the ``n_scope`` active entries the gate was taken over: realised gate
-        rate, q, E[eps_low c-] and E[eps_high c+] (= eps (n - sum over d's side of (1 - c)) / n, c = 1 off
-        the gate), and min c."""
-        scope = n_scope.float().clamp_min(1.0)
-        deficit = 1.0 - self.c
-        one = torch.ones((), device=scope.device)
-        return {
-            "gate_rate": torch.tensor(float(self.index.numel()), device=scope.device) / scope,
-            "threshold_q": self.q.detach().float(),
-            "radius_low_mean": self.eps_low * ((n_scope - deficit[self.d < 0].sum()) / scope),
-            "radius_high_mean": self.eps_high * ((n_scope - deficit[self.d > 0].sum()) / scope),
-            "contraction_min": self.c.min() if self.c.numel() else one,
-        }
-
-    def dense(self) -> "TrustRegion":
-        """The same bounds as dense tensors of ``shape``."""
-        lo = torch.full(self.shape, 1.0 - self.eps_low, device=self.c.device)
-        hi = torch.full(self.shape, 1.0 + self.eps_high, device=self.c.device)
-        c = torch.ones(self.shape, device=self.c.device)
-        gated = torch.zeros(self.shape, dtype=torch.bool, device=self.c.device)
-        for dense, sparse in ((lo, self.lo), (hi, self.hi), (c, self.c)):
-            dense.view(-1)[self.index] = sparse
-        gated.view(-1)[self.index] = True
-        return TrustRegion(lo=lo, hi=hi, c=c, gated=gated, q=self.q, sparse=self)
+_TINY = torch.finfo(torch.float32).tiny
 
 
 @dataclass
@@ -75,15 +36,46 @@ class TrustRegion:
     c: torch.Tensor
     gated: torch.Tensor
     q: torch.Tensor
-    sparse: SparseRegion
 
     def diagnostics(self, d: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Table 10 (:meth:`SparseRegion.table10`) and the mean |d| over ``mask``, the mask the region was
-        built with."""
-        mask = mask.bool()
-        n = torch.count_nonzero(mask)
-        return {**self.sparse.table10(n),
-                "abs_log_ratio_mean": torch.where(mask, d.abs(), 0.0).sum() / n.float().clamp_min(1.0)}
+        """The paper's Table 10 over ``mask`` (the mask the region was built with): realised gate rate, q,
+        E[eps_low c-], E[eps_high c+], min c, and the mean |d|."""
+        m = mask.bool()
+        n = torch.count_nonzero(m).float().clamp_min(1.0)
+        on = lambda t: torch.where(m, t, 0.0).sum() / n  # noqa: E731
+        return {"gate_rate": on(self.gated.float()), "threshold_q": self.q.detach().float(),
+                "radius_low_mean": on(1.0 - self.lo), "radius_high_mean": on(self.hi - 1.0),
+                "contraction_min": torch.where(m, self.c, 1.0).amin() if m.numel() else torch.ones(()),
+                "abs_log_ratio_mean": on(d.abs())}
+
+
+@dataclass
+class Gate:
+    """Eq. 14-16 on a score d over its gate scope, dense: the threshold ``q``, ``gated`` as 0/1 (float32) and
+    ``c`` (c on gated entries, 1 elsewhere); ``sign`` is sign(d)."""
+
+    q: torch.Tensor
+    d: torch.Tensor
+    sign: torch.Tensor
+    gated: torch.Tensor
+    c: torch.Tensor
+
+    def endpoint(self, cfg: SATConfig) -> torch.Tensor:
+        """Eq. 17's moved endpoint on d's side, signed: ``1 + eps_high c`` where d > 0, ``-(1 - eps_low c)``
+        where d < 0 (the same float operations as the bound: ``-(1 - x) == -1 + x`` exactly)."""
+        if cfg.eps_high == cfg.eps_low:
+            eps = scalar(cfg.eps_high)
+        else:
+            eps = torch.where(self.sign > 0, scalar(cfg.eps_high), scalar(cfg.eps_low))
+        return torch.mul(self.c, eps).add_(self.sign)
+
+    def region(self, cfg: SATConfig) -> TrustRegion:
+        """The bounds as dense tensors (Eq. 17; c == 1 keeps the nominal endpoint bit for bit)."""
+        hi_nom, lo_nom = 1.0 + cfg.eps_high, 1.0 - cfg.eps_low
+        e, moved = self.endpoint(cfg), self.c < 1
+        hi = torch.where(moved & (self.sign > 0), e, hi_nom).clamp_(max=hi_nom)
+        lo = torch.where(moved & (self.sign < 0), -e, lo_nom).clamp_(min=lo_nom)
+        return TrustRegion(lo=lo, hi=hi, c=self.c, gated=self.gated > 0, q=self.q)
 
 
 def gate_threshold(
@@ -103,45 +95,39 @@ def gate_threshold(
                                       rule=cfg.quantile_rule, counts=counts)
     if counts is not None:
         return weighted_quantile(abs_d, torch.where(mask.bool(), counts, 0), cfg.quantile, cfg.quantile_rule)
-    return masked_quantile(abs_d, mask, cfg.quantile, rule=cfg.quantile_rule)
+    m = mask.bool()
+    return quantile_of_zeroed(torch.where(m, abs_d, 0.0).reshape(-1), torch.count_nonzero(m), cfg.quantile,
+                              cfg.quantile_rule)
 
 
-def gated_bounds(d: torch.Tensor, abs_d: torch.Tensor, q: torch.Tensor, cfg: SATConfig):
-    """Eq. 15-17 for gated entries (|d| > q > 0): (c, lo, hi), each endpoint moved only on d's side."""
-    c = contraction(abs_d, q, cfg.kernel, cfg.exponent)
+def gate(d: torch.Tensor, abs_active: torch.Tensor, q: torch.Tensor, cfg: SATConfig) -> Gate:
+    """Eq. 15-16 for the detached, finite score ``d`` given ``abs_active`` = |d| on the active entries and 0
+    elsewhere, and the threshold q (Eq. 14)."""
+    gated = torch.gt(abs_active, torch.where(q > scalar(0.0), q, scalar(torch.inf))).float()  # Eq. 16, q > 0
+    q_safe = q.clamp_min(_TINY)  # the kernel is evaluated everywhere and kept on the gate only: finite for
+    # every entry of the paper's hill form, for the others once |d| is raised to q
+    x = abs_active if cfg.kernel == "hill" else abs_active.clamp_min(q_safe)
+    c = contraction(x, q_safe, cfg.kernel, cfg.exponent)
     if cfg.c_min > C_FLOOR:
         c = c.clamp_min_(cfg.c_min)
-    hi_nom, lo_nom = 1.0 + cfg.eps_high, 1.0 - cfg.eps_low
-    moved = c < 1  # c == 1 (c_min = 1) keeps the nominal endpoint bit for bit
-    hi = torch.where(moved & (d > 0), (c * cfg.eps_high).add_(1.0), hi_nom).clamp_(max=hi_nom)
-    lo = torch.where(moved & (d < 0), (c * cfg.eps_low).neg_().add_(1.0), lo_nom).clamp_(min=lo_nom)
-    return c, lo, hi
+    c = torch.addcmul(torch.sub(scalar(1.0), gated), c, gated)  # c on the gate, exactly 1 elsewhere
+    return Gate(q=q, d=d, sign=d.sign(), gated=gated, c=c)
 
 
-def sparse_trust_region(
-    d: torch.Tensor,
-    mask: torch.Tensor,
-    cfg: SATConfig,
-    group: dist.ProcessGroup | None = None,
-    q: torch.Tensor | None = None,
-    abs_d: torch.Tensor | None = None,
-) -> SparseRegion:
-    """The gated entries of the detached, finite score ``d`` and their bounds; ``q`` overrides Eq. 14 and
-    ``abs_d`` may pass ``|d|`` when the caller has it."""
-    d = d.detach().float()
-    mask = mask.bool()
-    abs_d = d.abs() if abs_d is None else abs_d
-    if q is None:
-        q = gate_threshold(abs_d, mask, cfg, group)
-    q = q.to(device=d.device, dtype=torch.float32)
-    if bool(q > 0):
-        index = torch.gt(abs_d, q).logical_and_(mask).view(-1).nonzero().view(-1)
-    else:  # q == 0: nothing is gated
-        index = torch.zeros(0, dtype=torch.long, device=d.device)
-    d_g = d.reshape(-1)[index]
-    c, lo, hi = gated_bounds(d_g, abs_d.reshape(-1)[index], q, cfg)
-    return SparseRegion(q=q, shape=d.shape, index=index, d=d_g, c=c, lo=lo, hi=hi, eps_low=cfg.eps_low,
-                        eps_high=cfg.eps_high)
+def sat_clip(clipped_nominal: torch.Tensor, adv_sign: torch.Tensor, g: Gate, cfg: SATConfig) -> torch.Tensor:
+    """``clip(r, lo, hi)`` with Eq. 17's bounds from ``clip(r, 1 - eps_low, 1 + eps_high)``, for the clip of a
+    loss whose advantage has sign ``adv_sign`` (shapes broadcast: a gate per response serves its tokens).
+
+    Only the endpoint on A's side matters to the loss (the other is kept nominal, as verl's ``vanilla`` and
+    the reference do), so only entries with sign(d) == sign(A) move, and on one side: for A > 0
+    ``min(clip, 1 + eps_high c)``, for A < 0 ``max(clip, 1 - eps_low c)``, both ``sign(A) min(sign(A) clip, e)``
+    with the signed endpoint e (:meth:`Gate.endpoint`); elsewhere e is raised past every clip value.
+    """
+    if cfg.c_min >= 1:  # c == 1 everywhere: the nominal clip bit for bit
+        return clipped_nominal
+    moved = torch.mul(g.sign, adv_sign).clamp_min_(0.0).mul_(g.gated).sub_(scalar(1.0))  # 0 moved, -1 not
+    e = torch.add(g.endpoint(cfg), moved, alpha=-(4.0 + cfg.eps_high + cfg.eps_low))
+    return torch.minimum(torch.mul(adv_sign, clipped_nominal), e).mul_(adv_sign)
 
 
 def adaptive_trust_region(
@@ -152,4 +138,9 @@ def adaptive_trust_region(
     q: torch.Tensor | None = None,
 ) -> TrustRegion:
     """Per-entry bounds ``(lo, hi)`` for the score ``d`` (detached, finite); ``q`` overrides the threshold."""
-    return sparse_trust_region(d, mask, cfg, group, q).dense()
+    d = d.detach().float()
+    m = mask.bool()
+    abs_active = torch.where(m, d.abs(), 0.0)
+    if q is None:
+        q = gate_threshold(d.abs(), m, cfg, group)
+    return gate(d, abs_active, q.to(device=d.device, dtype=torch.float32), cfg).region(cfg)

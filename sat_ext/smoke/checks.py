@@ -12,12 +12,15 @@ interval schedule) plus what only a live loop can show:
   (``lag/kept_weights_identical`` = 0), and ``actor/sat/d_pi`` > 0 on every such step;
 - ``bound`` (bounded mode): ``lag/max`` <= max_lag on every step;
 - ``drops``: bounded ``wait`` drops nothing; a run with a forced straggler counts at least one drop
-  (``lag/dropped_total``) and at least one failed rollout group (verl's ``training/rollout_failure/evicted_samples``).
+  (``lag/dropped_total``) and at least one failed rollout group (verl's ``training/rollout_failure/evicted_samples``);
+- ``kept weights in files`` (``trainer.v1.sat_ext.kept_weights_dir``): the kept versions the run ended with are
+  files there (``sat_ext_v<k>.rank<r>.pt``), so the restores above read them from disk.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from sat_ext.runlog import CheckResult, Record
 
@@ -82,3 +85,8 @@ def check_drops(records: list[Record], forced: bool) -> CheckResult:
         return CheckResult("drops", dropped >= 1 and failed >= 1,
                            detail + " (want >= 1 each: the straggler over the bound and the failed group)")
     return CheckResult("drops", dropped == 0, detail + " (want no drop)")
+
+
+def check_spilled(folder: Path) -> CheckResult:
+    files = sorted(p.name for p in folder.glob("sat_ext_v*.rank*.pt"))
+    return CheckResult("kept weights in files", bool(files), f"{folder.name}/: {', '.join(files) or 'no kept file'}")

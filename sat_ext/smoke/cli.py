@@ -122,6 +122,8 @@ def run_variant(variant: Variant, model: Path, out: Path, steps: int, device: st
         records = []
         print(f"[smoke] {variant.name}: {e}", flush=True)
     rows = [checks.check_exit(result.returncode, result.seconds, timeout_s)] + variant_checks(variant, records, steps)
+    if paths.kept_weights is not None:
+        rows.append(checks.check_spilled(paths.kept_weights))
     table = format_table(rows)
     (folder / "checks.txt").write_text(table + "\n")
     passed = all(r.passed is not False for r in rows)

@@ -1,8 +1,8 @@
 """Agent loops that make verl's own loop meet a straggler and a failed rollout in the ``bounded1-drop`` smoke run.
 
 Registered through verl's ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` (a YAML list of
-``name`` / ``_target_``, :func:`sat_ext.smoke.verl_variants.write_agent_loops`) and selected per prompt by the data's ``agent_name``
-column; every other prompt runs verl's ``single_turn_agent``.
+``name`` / ``_target_``, :func:`sat_ext.smoke.verl_variants.write_agent_loops`) and selected per prompt by the
+data's ``agent_name`` column; every other prompt runs verl's ``single_turn_agent``.
 
 - ``sat_ext_smoke_straggler``: generates its answer, then holds it back until the rollout serves weights two
   versions newer than the ones that generated it (it asks the rollout server for one token every

@@ -5,13 +5,13 @@ global steps through verl 0.9.1's own trainer: ``sync-*`` through ``python -m ve
 ``pip install``: the loss comes from the ``verl.plugins`` entry point), the lag variants through
 ``python -m sat_ext.verl.main_ppo`` with :func:`sat_ext.verl.lag_overrides.verl_overrides`.
 
-| variant | loss | trainer | denominator |
-|---|---|---|---|
-| ``sync-sat`` / ``sync-sat_gspo`` | sat / sat_gspo | verl's V1 sync trainer, colocated rollout | rollout log-probs (bypass mode, App. E.6) |
-| ``interval1`` / ``interval2`` | sat | sat_ext's separate-async, lag interval 1 / 2, prefetch 1 | the generating checkpoint (Table 9) |
-| ``bounded1-wait`` / ``bounded1-drop`` | sat | sat_ext's separate-async, max lag 1 | rollout log-probs (bounded batches mix versions) |
-| ``interval8``, ``bounded4-wait`` (not in the default set) | sat | lag interval 8 (the paper's lag 8) / max lag 4 | as above |
-| ``interval2-spill`` (not in the default set) | sat | ``interval2`` with the kept weights in files | the generating checkpoint |
+- ``sync-sat`` / ``sync-sat_gspo``: sat / sat_gspo on verl's V1 sync trainer (colocated rollout), the rollout
+  log-probs as the denominator (bypass mode, App. E.6);
+- ``interval1`` / ``interval2``: sat on sat_ext's separate-async trainer, lag interval 1 / 2 with prefetch 1, the
+  generating checkpoint as the denominator (Table 9);
+- ``bounded1-wait`` / ``bounded1-drop``: sat, max lag 1, the rollout log-probs (bounded batches mix versions);
+- not in the default set: ``interval8`` (the paper's lag 8), ``bounded4-wait`` (max lag 4), ``interval2-spill``
+  (``interval2`` with the kept weights in files).
 
 ``bounded1-drop`` gets one straggler prompt and one failing prompt (:mod:`sat_ext.smoke.verl_agent_loops`).
 """

@@ -8,20 +8,23 @@ own (``actor.clip_ratio_low/high``, ``clip_ratio_c``). Bad values fail when verl
 ``_target_`` (which Hydra imports in every process that builds an ActorConfig) and the ``verl.plugins`` entry
 point both do.
 
-Each loss call: SATConfig from the actor config -> core loss (per-token, times verl's ``rollout_is_weights``
-when given, under SAT's non-finite policy) -> verl's ``agg_loss(..., **config.global_batch_info)`` (every
-``loss_agg_mode``); an all-padding micro-batch gives the core's zero loss with a zero gradient. Metrics: the
-SAT diagnostics under ``actor/sat/...`` plus verl's ``actor/pg_clipfrac``, ``actor/ppo_kl`` and
-``actor/pg_clipfrac_lower``; the same keys on every rank and micro-batch.
+Each loss call: SATConfig from the actor config (resolved once per config) -> core loss (per-token, times
+verl's ``rollout_is_weights`` when given, under SAT's non-finite policy) -> verl's ``agg_loss(...,
+**config.global_batch_info)`` (every ``loss_agg_mode``); an all-padding micro-batch gives the core's zero loss
+with a zero gradient. Metrics: the SAT diagnostics under ``actor/sat/...`` plus verl's ``actor/pg_clipfrac``,
+``actor/ppo_kl`` and ``actor/pg_clipfrac_lower``; the same keys on every rank and micro-batch, copied to the
+host in one transfer (the call's only host-sync point; verl's ``vanilla`` makes three).
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+from verl.base_config import BaseConfig
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 from verl.workers.config import PolicyLossConfig
 
@@ -92,11 +95,27 @@ def _init_naming_unknown_keys(self: SATPolicyLossConfig, *args: Any, **kwargs: A
 SATPolicyLossConfig.__init__ = _init_naming_unknown_keys  # type: ignore[method-assign]
 
 
+_RESOLVED: dict[tuple[int, str], tuple[weakref.ref, SATConfig]] = {}
+
+
 def sat_config_for(actor_config: Any, loss: str) -> SATConfig:
-    """The SATConfig of one loss call: SAT's knobs from ``policy_loss`` plus verl's clip radii.
+    """The SATConfig of one loss call: SAT's knobs from ``policy_loss`` plus verl's clip radii, resolved and
+    validated once per actor config (verl's configs freeze these fields) and then looked up by identity.
 
     A plain PolicyLossConfig (``loss_mode=sat`` without the ``_target_``) gets SAT's defaults.
     """
+    if not isinstance(actor_config, BaseConfig):  # e.g. a mutable OmegaConf node: resolved every call
+        return _resolve(actor_config, loss)
+    key = (id(actor_config), loss)
+    hit = _RESOLVED.get(key)
+    if hit is not None and hit[0]() is actor_config:
+        return hit[1]
+    cfg = _resolve(actor_config, loss)
+    _RESOLVED[key] = (weakref.ref(actor_config, lambda _, key=key: _RESOLVED.pop(key, None)), cfg)
+    return cfg
+
+
+def _resolve(actor_config: Any, loss: str) -> SATConfig:
     pl = actor_config.policy_loss
     knobs = pl.sat_knobs() if isinstance(pl, SATPolicyLossConfig) else {}
     clip = actor_config.clip_ratio
@@ -132,8 +151,7 @@ def data_parallel_group() -> dist.ProcessGroup | None:
 def _aggregate(
     out: SATLossOutput, response_mask: torch.Tensor, loss_agg_mode: str, config: Any
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    values = torch.stack([out.metrics[k].float() for k in METRIC_KEYS]).tolist()
-    metrics = dict(zip(METRIC_NAMES, values))
+    metrics = dict(zip(METRIC_NAMES, out.metric_vector.tolist()))  # the call's one device-to-host copy
     if metrics["actor/sat/empty_microbatch"]:  # agg_loss would divide 0 by 0 without global totals
         return empty_microbatch_loss(out.loss_mat, response_mask), metrics
     return agg_loss(loss_mat=out.loss_mat, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,

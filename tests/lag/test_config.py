@@ -47,7 +47,10 @@ from sat_ext.lag import EngineSettings, LagConfig, LagConfigError, check_compati
             {"mode": "interval", "interval": 2, "over_bound": "drop"},
             "lag.over_bound applies only to lag.mode=bounded (mode is 'interval'), got 'drop'",
         ),
-        ({"over_bound": "regenerate"}, "lag.over_bound applies only to lag.mode=bounded (mode is 'off'), got 'regenerate'"),
+        (
+            {"over_bound": "regenerate"},
+            "lag.over_bound applies only to lag.mode=bounded (mode is 'off'), got 'regenerate'",
+        ),
         (
             {"hist_edges": [1, 2]},
             "lag.hist_edges must be a non-empty, strictly increasing list of integers from 0, got (1, 2)",

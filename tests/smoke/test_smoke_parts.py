@@ -79,6 +79,12 @@ def test_bound_drop_and_sync_checks():
     assert checks.check_steps([_r(1), _r(3)], 3).passed is False
 
 
+def test_the_spill_check_wants_the_kept_files(tmp_path):
+    assert checks.check_spilled(tmp_path).passed is False
+    (tmp_path / "sat_ext_v3.rank0.pt").write_bytes(b"")
+    assert checks.check_spilled(tmp_path).passed is True
+
+
 def test_runner_kills_the_process_group_at_the_time_limit_and_keeps_shm_in_use(tmp_path):
     """The run leaves a shared-memory file behind and a child that outlives the time limit; meanwhile another
     job (outside the run's process group) creates one it keeps open: only the run's leftover is removed."""

@@ -96,8 +96,8 @@ def test_the_checkpoint_engine_carries_every_tensor_from_actor_rank_0(tmp_path, 
 
     monkeypatch.setattr(ce, "_folder", lambda: tmp_path)
     master, other, reader = (ce.SharedFileCheckpointEngine(1, is_master=m) for m in (True, False, False))
-    actor_kwargs, rollout_kwargs = ce.SharedFileCheckpointEngine.build_topology(2, 1, [master.prepare(), other.prepare(),
-                                                                                      reader.prepare()])
+    metadata = [master.prepare(), other.prepare(), reader.prepare()]
+    actor_kwargs, rollout_kwargs = ce.SharedFileCheckpointEngine.build_topology(2, 1, metadata)
     for engine, path in ((master, actor_kwargs["path"][0]), (other, actor_kwargs["path"][1]),
                          (reader, rollout_kwargs["path"][0])):
         engine.init_process_group(path=path)

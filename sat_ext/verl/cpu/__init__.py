@@ -25,7 +25,8 @@ ENV_FLAG = "SAT_EXT_VERL_CPU"
 # Environment the whole process tree needs (set by activate() where unset, so children inherit it).
 ENVIRONMENT = {
     "VERL_PLATFORM": "cpu",  # verl's own platform override (plugin/platform/platform_manager.py)
-    "VERL_ENGINE_DEVICE": "cuda",  # verl registers its FSDP engine for cuda/npu only; the engine itself is device-generic
+    # verl registers its FSDP engine for cuda/npu only; the engine itself is device-generic
+    "VERL_ENGINE_DEVICE": "cuda",
     "VLLM_TARGET_DEVICE": "cpu",
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
 }
