@@ -105,6 +105,7 @@ def test_frontier_preset_reaches_lag_64_with_three_seeds():
     args = build_parser().parse_args(["--frontier"])
     assert isinstance(args, argparse.Namespace)
     plan = build_plan(args, "emulated")
-    assert max(plan.lags) >= 64 and plan.seeds >= 3 and len(plan.lr_mults) >= 3 and plan.lr_mults[0] == 1.0
+    assert min(plan.lags) == 1 and max(plan.lags) >= 64 and plan.seeds >= 3 and len(plan.lr_mults) >= 2
+    assert plan.steps >= max(plan.lags)  # the rollout copy is synced at least once at the largest lag
     keys = set(plan.losses)
     assert {"vanilla", "gspo", "sat", "sat_gspo"} <= keys and keys & {"vanilla+tis", "dppo_tv", "dppo_tv+toy"}
