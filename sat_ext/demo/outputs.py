@@ -1,7 +1,7 @@
 """The files of a finished sweep: tables, plots, the summary, per-run records and the manifest.
 
 :func:`write_outputs` writes a lag sweep's files (``results.csv``/``.md``, ``summary.md``, the PNGs,
-``runs.csv``, ``history.jsonl``, ``manifest.json``); a frontier (more than one learning-rate multiple) gets
+``runs.csv``, ``history.jsonl``, ``manifest.json``); a frontier (``--frontier``, or more than one learning-rate multiple) gets
 :mod:`sat_ext.demo.frontier`'s files instead of the lag sweep's tables and plots.
 """
 
@@ -117,7 +117,7 @@ def write_outputs(out: Path, plan: Plan, sweep: SweepRun, args: dict[str, Any]) 
     results, header = sweep.results, header_lines(plan, sweep)
     task = make_task(plan.task, plan.warm[0].max_operand)
     eval_size = plan.specs[0].evaluation.size
-    if len(plan.lr_mults) > 1:
+    if plan.is_frontier:
         files = frontier.write(out, plan, results, header, task.reward_name)
         files += write_runs(out, results, gzip_history=True)
     else:

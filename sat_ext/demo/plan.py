@@ -66,6 +66,11 @@ class Plan:
         return [m.key for m in self.methods]
 
     @property
+    def is_frontier(self) -> bool:
+        """``--frontier``, or more than one learning-rate multiple: the frontier's outputs, not the lag sweep's."""
+        return self.preset == "frontier" or len(self.lr_mults) > 1
+
+    @property
     def engine(self) -> EngineSpec:
         return self.specs[0].engine
 

@@ -109,3 +109,12 @@ def test_frontier_preset_reaches_lag_64_with_three_seeds():
     assert plan.steps >= max(plan.lags)  # the rollout copy is synced at least once at the largest lag
     keys = set(plan.losses)
     assert {"vanilla", "gspo", "sat", "sat_gspo"} <= keys and keys & {"vanilla+tis", "dppo_tv", "dppo_tv+toy"}
+
+
+def test_frontier_with_one_lr_multiple_is_still_a_frontier():
+    # `--frontier --lr-mults 16` wrote the lag sweep's files before: the outputs were chosen by the count of
+    # multiples, not by the preset.
+    one = build_plan(build_parser().parse_args(["--frontier", "--lr-mults", "16", "--methods", "vanilla"]), "emulated")
+    assert one.lr_mults == (16.0,) and one.is_frontier
+    assert not build_plan(build_parser().parse_args(["--methods", "vanilla"]), "emulated").is_frontier
+    assert build_plan(build_parser().parse_args(["--methods", "vanilla", "--lr-mults", "1,4"]), "emulated").is_frontier
