@@ -115,7 +115,7 @@ def _flags(variant: Variant, folder: Path, model: Path, data: Path, steps: int) 
         "--reward.remote_url", str(Path(__file__).with_name("reward.py")),
         "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
         "--rollout.batch_size", str(variant.batch(steps)), "--rollout.n_samples_per_prompt", str(GROUP),
-        "--rollout.micro_batch_size", str(samples), "--rollout.max_new_tokens", str(RESPONSE_LEN),
+        "--rollout.micro_batch_size", str(samples // variant.ranks), "--rollout.max_new_tokens", str(RESPONSE_LEN),
         "--data.max_len", str(MAX_LEN), "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
         "--train.batch_size", str(train_batch), "--train.micro_batch_size", str(train_batch // variant.ranks),
         "--train.max_epochs", "1", "--train.num_episodes", "1",
