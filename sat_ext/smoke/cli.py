@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
     device = _device(args.device)
-    out = args.out or Path(tempfile.mkdtemp(prefix="sat_ext_smoke_"))
+    out = (args.out or Path(tempfile.mkdtemp(prefix="sat_ext_smoke_"))).resolve()  # each run's cwd is its folder
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     model = write_model(out / "model")

@@ -169,3 +169,18 @@ def test_run_checks_read_openrlhfs_names():
     results = {r.name: r for r in check_run(steps, exp)}
     assert results["finite losses"].passed is False and "policy_loss = nan at step 2" in results["finite losses"].detail
     assert check_run(steps, Expectation(sat=True))[0].passed is False  # verl's names: no training step found
+
+
+def test_a_relative_out_folder_reaches_the_run_as_absolute_paths(tmp_path, monkeypatch):
+    """The run's working directory is its variant folder, so every path it gets must be absolute."""
+    from sat_ext.smoke import cli
+    from sat_ext.smoke.runner import RunResult
+
+    seen = []
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "write_model", lambda folder: folder)
+    monkeypatch.setattr(cli, "run", lambda argv, env, log, timeout_s, cwd: seen.append((argv, cwd)) or RunResult(1, 0.0))
+    assert cli.main(["openrlhf", "--variants", "interval2", "--out", "smoke_out", "--device", "cpu"]) == 1
+    (argv, cwd), = seen
+    model = Path(argv[argv.index("--actor.model_name_or_path") + 1])
+    assert cwd == tmp_path / "smoke_out" / "interval2" and model == tmp_path / "smoke_out" / "model"
