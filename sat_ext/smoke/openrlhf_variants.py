@@ -142,6 +142,7 @@ def prepare(variant: Variant, folder: Path, model: Path, steps: int, device: str
     """Write ``variant``'s prompts under ``folder/inputs``; return OpenRLHF's command and its environment."""
     data = write_jsonl(folder / "inputs" / "train.jsonl", openrlhf_rows(steps * variant.batch(steps), seed=0))
     shutil.rmtree(folder / TENSORBOARD, ignore_errors=True)  # a rerun into the same folder starts a new log
+    (folder / "metrics.jsonl").unlink(missing_ok=True)
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(scratch / "hf_datasets"),
            "TOKENIZERS_PARALLELISM": "false", "RAY_ADDRESS": "local"}  # a private Ray instance
     path = [str(patched_openrlhf(scratch))] if variant.patched_cli else []

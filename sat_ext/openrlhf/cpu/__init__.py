@@ -75,11 +75,19 @@ def activate() -> None:
 
     upstream.check_versions()
     for patch in upstream.PATCHES:
-        def apply(_trigger, patch=patch):
-            import importlib
-
-            _refuse_cuda()
-            upstream.apply(patch, importlib.import_module(patch.module))
-
-        hooks.when_imported(patch.when, apply)
+        hooks.when_imported(patch.when, _applier(patch))
     _active = True
+
+
+def _applier(patch):
+    """The hook that applies ``patch`` once its trigger module has loaded (after refusing a CUDA machine)."""
+
+    def apply(_trigger) -> None:
+        import importlib
+
+        from . import upstream
+
+        _refuse_cuda()
+        upstream.apply(patch, importlib.import_module(patch.module))
+
+    return apply
