@@ -3,8 +3,9 @@ come from, and the launch-time check of OpenRLHF's parsed arguments.
 
 - ``eps_low`` / ``eps_high`` are OpenRLHF's ``--actor.eps_clip_low_high`` (or ``--actor.eps_clip``) and
   ``dual_clip`` is ``--actor.dual_clip``, so SAT and PPO/GSPO runs share one spelling of the base radii.
-- ``proxy`` is not offered: the ratio's reference is vLLM's rollout log-prob (the paper's setting,
-  old := rollout), so the "old" and "rollout" proxies are the same quantity here.
+- ``proxy`` is not offered: the ratio's reference is vLLM's rollout log-prob (old := rollout, the paper's
+  App. E.6 variant; its reported runs divide by the trainer-side log-prob at the rollout checkpoint, Table 9,
+  which OpenRLHF's recomputed ``old_log_probs`` are only at lag 0), so the "old" and "rollout" proxies are the same quantity here.
 - every other field is a SAT option (:data:`SAT_OPTIONS`): ``--sat.<name>`` on the launcher, or a key of
   ``--actor.policy_loss_kwargs`` with the policy-loss registry patch (``patches/``).
 """

@@ -13,11 +13,19 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SHM = Path("/dev/shm")
 LEFTOVERS = ("psm_", "sat_ext_weights_")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A run's argv and the environment variables it adds."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,8 @@ def cli_cases(paths):
         "interval2_p1_eval": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "1"] + evaluation,
         "interval2_p2": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "2"],
         "interval_partial_p0": a + ["--lag.mode", "interval", "--lag.interval", "2", "--train.partial_rollout_enable"],
+        "bounded1_drop_oversampling": a + ["--lag.mode", "bounded", "--lag.max_lag", "1", "--lag.over_bound", "drop",
+                                           "--rollout.vllm_generate_batch_size", "3"],
         "sat_and_bounded": a + ["--lag.mode", "bounded", "--lag.max_lag", "1", "--actor.policy_loss_type", "sat_gspo",
                                 "--algo.advantage.is_correction_level", "token"],
         # refused

@@ -101,6 +101,8 @@ def test_without_lag_flags_the_run_is_plain_openrlhf(cli):
     ("bounded2", {"mode": "bounded", "max_lag": 2}, 2),  # the launcher maps L onto OpenRLHF's queue
     ("bounded2_q1", {"mode": "bounded", "max_lag": 2}, 1),  # a smaller queue keeps the bound
     ("bounded1_regen", {"mode": "bounded", "max_lag": 1, "over_bound": "regenerate"}, 1),
+    # oversampling's leftovers are checked at consumption: over the bound they are dropped (sat-ext smoke openrlhf)
+    ("bounded1_drop_oversampling", {"mode": "bounded", "max_lag": 1, "over_bound": "drop"}, 1),
     ("interval3", {"mode": "interval", "interval": 3}, 1),
     ("interval2_p1_eval", {"mode": "interval", "interval": 2, "prefetch": 1}, 2),  # + one slot per eval payload
     ("interval2_p2", {"mode": "interval", "interval": 2, "prefetch": 2}, 2),
@@ -142,7 +144,8 @@ def test_sat_and_a_lag_mode_combine(cli):
     ("bounded0", "--lag.max_lag 0 is below what OpenRLHF's asynchronous trainer can deliver"),
     ("bounded_partial", "--train.partial_rollout_enable breaks --lag.mode bounded"),
     ("bounded_oversampling",
-     "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode bounded"),
+     "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode bounded with --lag.over_bound "
+     "wait"),
     ("bounded_queue_over_bound", "--train.async_queue_size 3 lets a batch be generated up to 3 weight syncs before "
                                  "it is trained, over --lag.max_lag 2: set it to at most 2"),
     ("interval_oversampling",

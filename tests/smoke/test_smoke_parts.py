@@ -112,4 +112,4 @@ def test_bad_arguments_exit_2(capsys):
         main(["verl", "--variants", "interval3"])
     assert err.value.code == 2 and "unknown ['interval3']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["openrlhf"])
+        main(["nemo"])

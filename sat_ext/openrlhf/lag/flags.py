@@ -139,11 +139,13 @@ def check_lag_args(args: SimpleNamespace) -> LagConfig | None:
                 "OpenRLHF's queue no longer holds the rollout back, so samples over --lag.max_lag would be "
                 "generated only to be dropped. Drop --train.partial_rollout_enable (--lag.mode off measures "
                 "lags with partial rollout)")
-        if oversampling:
+        if oversampling and cfg.over_bound == "wait":
             raise ValueError(
-                f"{oversampling_flags} breaks --lag.mode bounded: the extra samples wait in OpenRLHF's sample "
-                "buffer and are trained at later steps without regeneration, outside the queue's bound. Set "
-                "--rollout.vllm_generate_batch_size to --rollout.batch_size (or leave it unset)")
+                f"{oversampling_flags} breaks --lag.mode bounded with --lag.over_bound wait: the extra samples wait "
+                "in OpenRLHF's sample buffer and are trained at later steps without regeneration, outside the "
+                "queue's bound. Set --rollout.vllm_generate_batch_size to --rollout.batch_size (or leave it unset), "
+                "or --lag.over_bound drop / regenerate (leftovers over the bound are then dropped or generated "
+                "again at consumption)")
         if queue_size is not None and queue_size > lag:
             raise ValueError(
                 f"{_QUEUE_FLAG} {queue_size} lets a batch be generated up to {queue_size} weight syncs before it "
@@ -153,7 +155,9 @@ def check_lag_args(args: SimpleNamespace) -> LagConfig | None:
         prefetch_steps = resolved
         sync_every = 1
         note = (f"{_QUEUE_FLAG} {resolved} (OpenRLHF's queue and token pool: a batch is generated at most "
-                f"{resolved} weight syncs before it is trained); over the bound at consumption: {cfg.over_bound}")
+                f"{resolved} weight syncs before it is trained"
+                + ("; oversampling's leftovers can be older and are checked when consumed" if oversampling else "")
+                + f"); over the bound at consumption: {cfg.over_bound}")
     elif mode == "interval":
         if oversampling:
             raise ValueError(
