@@ -1,4 +1,4 @@
-"""Lag control for asynchronous RL rollout (SPEC §2), framework-free.
+"""Lag control for asynchronous RL rollout (docs/lag.md), framework-free.
 
 - :mod:`.config`: the validated ``lag:`` block and ``check_compatible`` for engine settings.
 - :mod:`.versions`: policy versions, per-sample version spans, lag.

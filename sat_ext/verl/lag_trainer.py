@@ -8,7 +8,7 @@ Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOT
    it on the new weights.
    The whole config is checked first (:func:`sat_ext.verl.lag_overrides.check_verl_config`), and DAPO's
    ``filter_groups`` metric forwarded to the sampler in bounded mode.
-2. The paper's denominator (Table 9, SPEC §1): without bypass mode, each batch's ``old_log_probs`` is the
+2. The paper's denominator (App. F, Table 9; docs/verl.md, "The denominator"): without bypass mode, each batch's ``old_log_probs`` is the
    trainer's log-prob under the weights of the broadcast that generated the batch. verl keeps a CPU copy of
    the current broadcast's weights only; this trainer keeps the copies a prefetched batch still needs
    (:func:`kept_versions`: 2 for the paper's lag 1 and lag 8) and restores the right one per batch.
