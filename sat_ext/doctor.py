@@ -22,9 +22,8 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
-VERL_VERSION = "0.9.1"
-OPENRLHF_VERSION = "0.11.2"
-TRANSFER_QUEUE_VERSION = "0.1.10"
+from sat_ext.pinned import LOSS_NAMES, OPENRLHF, TRANSFER_QUEUE, VERL
+
 INSTALL_VERL = "pip install 'sat-ext[verl-async]' (from a clone: pip install -e '.[verl-async]'; see the README)"
 
 
@@ -86,16 +85,16 @@ def package_checks() -> list[Check]:
                         "pip install -e . in the clone (or the built wheel) in this environment"))
     checks.append(Check("torch", "ok" if _version("torch") else "FAIL", _version("torch") or "not installed",
                         "pip install torch (CPU: pip install torch --index-url https://download.pytorch.org/whl/cpu)"))
-    checks.append(_exact("verl", "verl", VERL_VERSION, INSTALL_VERL))
+    checks.append(_exact("verl", "verl", VERL, INSTALL_VERL))
     checks.append(Check("ray", "ok" if _version("ray") else "FAIL", _version("ray") or "not installed",
                         "verl depends on Ray: " + INSTALL_VERL))
     tq = _version("TransferQueue")
-    tq_ok = importlib.util.find_spec("transfer_queue") is not None and tq == TRANSFER_QUEUE_VERSION
+    tq_ok = importlib.util.find_spec("transfer_queue") is not None and tq == TRANSFER_QUEUE
     checks.append(Check("TransferQueue (verl's V1 async trainers, sat_ext's lag modes)", "ok" if tq_ok else "FAIL",
                         tq or "not installed", "" if tq_ok else INSTALL_VERL))
-    checks.append(_exact("openrlhf", "openrlhf", OPENRLHF_VERSION,
-                         f"pip install --no-deps openrlhf=={OPENRLHF_VERSION} (docs/openrlhf.md)",
-                         optional_fix=f"needed only for the OpenRLHF path: pip install openrlhf=={OPENRLHF_VERSION} "
+    checks.append(_exact("openrlhf", "openrlhf", OPENRLHF,
+                         f"pip install --no-deps openrlhf=={OPENRLHF} (docs/openrlhf.md)",
+                         optional_fix=f"needed only for the OpenRLHF path: pip install openrlhf=={OPENRLHF} "
                                       "(docs/openrlhf.md)"))
     ep = [e for e in md.entry_points(group="verl.plugins") if e.value.startswith("sat_ext")]
     checks.append(Check("verl.plugins entry point", "ok" if ep else "FAIL",
@@ -113,7 +112,7 @@ def fresh_process_checks() -> list[Check]:
     if not report["import_verl"]["ok"]:
         return [_probe_check("import verl", report["import_verl"], INSTALL_VERL)]
     reg = report["registered"]
-    ok = reg["ok"] and reg["detail"] == ["sat", "sat_gspo"]
+    ok = reg["ok"] and reg["detail"] == list(LOSS_NAMES)
     detail = "yes" if ok else f"registered: {reg['detail']}; plugin errors: {report['plugin_errors']}"
     fix = ("verl's plugin loading is off or failed: unset VERL_USE_EXTERNAL_PLUGINS, or set "
            "VERL_USE_EXTERNAL_MODULES=sat_ext.verl.plugin to see the error")
@@ -121,7 +120,7 @@ def fresh_process_checks() -> list[Check]:
         Check("sat, sat_gspo registered by `import verl` (fresh process)", "ok" if ok else "FAIL", detail,
               "" if ok else fix),
         _probe_check("SAT _target_ through verl's config conversion", report["target_conversion"],
-                     "reinstall sat-ext next to verl " + VERL_VERSION),
+                     "reinstall sat-ext next to verl " + VERL),
         _probe_check("verl V1 + TransferQueue + sat_ext lag sampler/trainer", report["lag_stack"], INSTALL_VERL),
         _probe_check("shipped example configs compose", report["example_configs"],
                      "reinstall sat-ext (the wheel or pip install -e .): the configs ship as sat_ext.examples"),
@@ -201,13 +200,13 @@ def ray_checks() -> list[Check]:
             continue
         r = node["report"]
         problems = []
-        if r["verl"] != VERL_VERSION:
-            problems.append(f"verl {r['verl']} (need {VERL_VERSION})")
+        if r["verl"] != VERL:
+            problems.append(f"verl {r['verl']} (need {VERL})")
         if r["sat-ext"] != _version("sat-ext"):
             problems.append(f"sat-ext {r['sat-ext']} (driver has {_version('sat-ext')})")
         if not r["transfer_queue"]:
             problems.append("no TransferQueue")
-        if not r["registered"]["ok"] or r["registered"]["detail"] != ["sat", "sat_gspo"]:
+        if not r["registered"]["ok"] or r["registered"]["detail"] != list(LOSS_NAMES):
             problems.append(f"registered: {r['registered']['detail']}")
         detail = f"{r['host']}: " + ("; ".join(problems) if problems else f"sat, sat_gspo registered, verl {r['verl']}")
         checks.append(Check(name, "FAIL" if problems else "ok", detail,
@@ -220,7 +219,7 @@ def training_node_checks() -> list[Check]:
     report, err = _run_json(["-m", "sat_ext.doctor_probes", "--training-node"], timeout=300)
     if report is None:
         return [Check("training-node probes", "FAIL", _last_line(err), "")]
-    fix = f"pip install 'verl[megatron,sglang]=={VERL_VERSION}' on a CUDA machine"
+    fix = f"pip install 'verl[megatron,sglang]=={VERL}' on a CUDA machine"
     return [_probe_check(name, report[key], fix) for name, key in
             [("CUDA", "cuda"), ("megatron-core", "megatron-core"), ("mbridge", "mbridge"), ("sglang", "sglang")]]
 

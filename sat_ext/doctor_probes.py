@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-LOSSES = ("sat", "sat_gspo")
+from sat_ext.pinned import LOSS_NAMES
 
 
 def _guard(fn: Callable[[], Any]) -> dict[str, Any]:
@@ -29,7 +29,7 @@ def _guard(fn: Callable[[], Any]) -> dict[str, Any]:
 def registered_losses() -> list[str]:
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
-    return sorted(n for n in LOSSES if n in POLICY_LOSS_REGISTRY)
+    return sorted(n for n in LOSS_NAMES if n in POLICY_LOSS_REGISTRY)
 
 
 def _verl_config_dir() -> str:

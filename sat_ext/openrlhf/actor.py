@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 
-from .config import SAT_LOSS_TYPES, sat_options
+from sat_ext.pinned import LOSS_NAMES
+
+from .config import sat_options
 
 
 def _dp_group(strategy):
@@ -53,7 +55,7 @@ def sat_policy_model_actor():
     class SATPolicyModelActor(base):
         def init_model_from_pretrained(self, strategy, *args, **kwargs):
             super().init_model_from_pretrained(strategy, *args, **kwargs)
-            if strategy.args.actor.policy_loss_type in SAT_LOSS_TYPES:
+            if strategy.args.actor.policy_loss_type in LOSS_NAMES:
                 use_sat_loss(self.trainer, strategy)
 
     return ray.remote(num_gpus=1)(SATPolicyModelActor)  # OpenRLHF's own decoration of PolicyModelActor

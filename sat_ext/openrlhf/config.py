@@ -19,7 +19,6 @@ from typing import Any, Callable, Mapping
 from sat_ext.core import SATConfig, SATConfigError
 from sat_ext.core.config import GATE_SCOPES, GLOBAL_METHODS, GSPO_GATE_LEVELS, KERNELS, NONFINITE_POLICIES, QUANTILE_RULES
 
-SAT_LOSS_TYPES = ("sat", "sat_gspo")
 SAT_OPTIONS = tuple(f.name for f in fields(SATConfig) if f.name not in ("eps_low", "eps_high", "dual_clip", "proxy"))
 SAT_OPTION_DEFAULTS = {f.name: f.default for f in fields(SATConfig) if f.name in SAT_OPTIONS}
 SAT_OPTION_CHOICES = {"quantile_rule": QUANTILE_RULES, "gate_scope": GATE_SCOPES, "global_method": GLOBAL_METHODS, "kernel": KERNELS,

@@ -33,10 +33,12 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from sat_ext.core import METRIC_KEYS, empty_microbatch_loss, sat_gspo_loss, sat_token_loss
+from sat_ext.core import METRIC_KEYS, sat_gspo_loss, sat_token_loss
+from sat_ext.microbatch import aggregate
+from sat_ext.pinned import LOSS_NAMES
 
 from .compat import openrlhf_loss
-from .config import SAT_LOSS_TYPES, check_openrlhf_args, sat_config
+from .config import check_openrlhf_args, sat_config
 
 _loss = openrlhf_loss()
 PolicyLoss = _loss.PolicyLoss
@@ -68,8 +70,8 @@ class SATPolicyLoss(PolicyLoss):
         process_group: Optional[dist.ProcessGroup] = None,
         **sat_options: Any,
     ) -> None:
-        if policy_loss_type not in SAT_LOSS_TYPES:
-            raise ValueError(f"SATPolicyLoss: policy_loss_type must be one of {SAT_LOSS_TYPES}, got {policy_loss_type!r}")
+        if policy_loss_type not in LOSS_NAMES:
+            raise ValueError(f"SATPolicyLoss: policy_loss_type must be one of {LOSS_NAMES}, got {policy_loss_type!r}")
         super().__init__(
             clip_eps_low=clip_eps_low,
             clip_eps_high=clip_eps_high,
@@ -148,17 +150,9 @@ class SATPolicyLoss(PolicyLoss):
         else:
             out = sat_gspo_loss(log_probs, rollout_log_probs, advantages, action_mask, self.sat_config, group=group,
                                 ratio_form="sequence")
-        if out.metrics["empty_microbatch"]:  # masked_mean would divide 0 by 0 without global totals
-            loss = empty_microbatch_loss(out.loss_mat, action_mask)
-        else:
-            loss = aggregate_loss(
-                out.loss_mat,
-                action_mask,
-                token_level_loss=self.token_level_loss,
-                dp_size=dp_size,
-                batch_num_tokens=batch_num_tokens,
-                global_batch_size=global_batch_size,
-            )
+        loss = aggregate(out.loss_mat, action_mask, bool(out.metrics["empty_microbatch"]), lambda: aggregate_loss(
+            out.loss_mat, action_mask, token_level_loss=self.token_level_loss, dp_size=dp_size,
+            batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size))
         with torch.no_grad():
             clip_ratio = masked_mean(out.clipped.float(), action_mask, dim=None)
             ppo_kl = masked_mean(-(log_probs - rollout_log_probs), action_mask, dim=None)

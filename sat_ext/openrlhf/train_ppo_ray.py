@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
+from sat_ext.pinned import LOSS_NAMES, OPENRLHF
+
 from . import lag as _lag
-from .config import (SAT_LOSS_TYPES, SAT_OPTION_CHOICES, SAT_OPTION_DEFAULTS, SAT_OPTIONS, check_openrlhf_args,
-                     sat_options)
+from .config import SAT_OPTION_CHOICES, SAT_OPTION_DEFAULTS, SAT_OPTIONS, check_openrlhf_args, sat_options
 
 OPENRLHF_CLI = "openrlhf.cli.train_ppo_ray"
-OPENRLHF_VERSION = "0.11.2"
 _LOSS_FLAG = "--actor.policy_loss_type"
 
 
@@ -80,11 +80,11 @@ def _add_sat_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check_sat_args(args: SimpleNamespace) -> None:
     options = sat_options(args)
-    if args.actor.policy_loss_type not in SAT_LOSS_TYPES:
+    if args.actor.policy_loss_type not in LOSS_NAMES:
         if options:
             flags = " ".join(f"--sat.{name}" for name in options)
             raise ValueError(f"{flags} set, but {_LOSS_FLAG} is {args.actor.policy_loss_type!r}, not a SAT loss "
-                             f"({', '.join(SAT_LOSS_TYPES)})")
+                             f"({', '.join(LOSS_NAMES)})")
         return
     check_openrlhf_args(args, options, key_of=lambda name: f"--sat.{name}")
     print(f"[sat_ext] {_LOSS_FLAG} {args.actor.policy_loss_type}: ratio against vLLM's rollout log-probs; "
@@ -97,7 +97,7 @@ def _install_sat() -> None:
     install()
 
 
-SAT = Extension("sat", SAT_LOSS_TYPES, _add_sat_arguments, _check_sat_args, _install_sat)
+SAT = Extension("sat", LOSS_NAMES, _add_sat_arguments, _check_sat_args, _install_sat)
 LAG = Extension("lag", (), _lag.add_lag_arguments, _lag.check_lag_args, _lag.install)  # sat_ext.openrlhf.lag
 EXTENSIONS: tuple[Extension, ...] = (SAT, LAG)
 
@@ -115,7 +115,7 @@ def _wrap_train(parser: argparse.ArgumentParser, extensions: Sequence[Extension]
     main_globals = sys.modules["__main__"].__dict__
     openrlhf_train = main_globals.get("train")
     if not callable(openrlhf_train):
-        raise RuntimeError(f"{OPENRLHF_CLI} has no train() in its module namespace: not OpenRLHF {OPENRLHF_VERSION}")
+        raise RuntimeError(f"{OPENRLHF_CLI} has no train() in its module namespace: not OpenRLHF {OPENRLHF}")
 
     def train(args):
         for ext in extensions:
@@ -132,8 +132,8 @@ def main(argv: Sequence[str] | None = None, extensions: Sequence[Extension] = EX
     """Run OpenRLHF's ``train_ppo_ray`` on ``argv`` (default: ``sys.argv[1:]``) with ``extensions``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     found = importlib.metadata.version("openrlhf")
-    if found != OPENRLHF_VERSION:
-        raise SystemExit(f"sat_ext.openrlhf supports openrlhf=={OPENRLHF_VERSION} (the PolicyLoss API, the actor "
+    if found != OPENRLHF:
+        raise SystemExit(f"sat_ext.openrlhf supports openrlhf=={OPENRLHF} (the PolicyLoss API, the actor "
                          f"class and the CLI it adapts), found {found}")
     for ext in extensions:
         ext.install()
@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None, extensions: Sequence[Extension] = EX
         argparse.ArgumentParser.parse_args = parse_args
         sys.argv = saved_argv
     if not hooked:
-        raise RuntimeError(f"{OPENRLHF_CLI} never parsed its arguments: not OpenRLHF {OPENRLHF_VERSION}")
+        raise RuntimeError(f"{OPENRLHF_CLI} never parsed its arguments: not OpenRLHF {OPENRLHF}")
 
 
 if __name__ == "__main__":

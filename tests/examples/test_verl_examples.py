@@ -320,7 +320,7 @@ def test_variant_converts_like_verl(name, composed):
 def test_sat_variants_get_sats_intended_config(name, composed):
     from sat_ext.core import SATConfig
     from sat_ext.verl.config import SATPolicyLossConfig, sat_config_for
-    from sat_ext.verl.config import compute_policy_loss_sat, compute_policy_loss_sat_gspo
+    from sat_ext.verl.loss import compute_policy_loss_sat, compute_policy_loss_sat_gspo
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
     from verl.utils.config import omega_conf_to_dataclass
 

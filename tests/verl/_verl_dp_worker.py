@@ -25,7 +25,7 @@ def run_rank(rank: int, port: int, actor_cfgs: dict, batch, halves, out_dir: str
 
         from sat_ext.core import adaptive_trust_region
         from sat_ext.verl.config import sat_config_for
-        from sat_ext.verl.config import data_parallel_group
+        from sat_ext.verl.loss import data_parallel_group
 
         results = {}
         n_tok = int(batch.padded["response_mask"].sum())

@@ -31,7 +31,7 @@ from verl.workers.config import FSDPActorConfig, McoreActorConfig
 from verl.workers.utils.losses import ppo_loss
 
 from sat_ext.verl.config import SATPolicyLossConfig
-from sat_ext.verl.config import METRIC_NAMES
+from sat_ext.verl.loss import METRIC_NAMES
 
 
 def test_hydra_compose_builds_sat_config_with_knobs():
@@ -184,4 +184,4 @@ def test_documented_command_composes():
     actor = build_actor_config(cfg.actor_rollout_ref.actor)
     assert isinstance(actor.policy_loss, SATPolicyLossConfig) and actor.policy_loss.loss_mode == "sat"
     assert cfg.algorithm.rollout_correction.bypass_mode is True
-    assert get_policy_loss_fn(actor.policy_loss.loss_mode).__module__ == "sat_ext.verl.config"
+    assert get_policy_loss_fn(actor.policy_loss.loss_mode).__module__ == "sat_ext.verl.loss"

@@ -19,7 +19,7 @@ from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.workers.config import ActorConfig
 
 from sat_ext.verl.config import SATPolicyLossConfig
-from sat_ext.verl.config import compute_policy_loss_sat, compute_policy_loss_sat_gspo
+from sat_ext.verl.loss import compute_policy_loss_sat, compute_policy_loss_sat_gspo
 
 PAIRS = {"sat": "vanilla", "sat_gspo": "gspo"}
 VERL_KEYS = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")

