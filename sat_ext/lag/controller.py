@@ -198,16 +198,6 @@ class LagController:
         """Metrics of the step just completed (same keys every step); resets the per-step counters."""
         return self.metrics.flush(self.version, self.steps_done)
 
-    def stats(self) -> dict[str, int]:
-        """Counts for monitoring: opened and not consumed, of which ready (submitted), and the id counter."""
-        return {
-            "version": self.version,
-            "steps_done": self.steps_done,
-            "open": len(self._samples),
-            "ready": sum(1 for s in self._samples.values() if s.span is not None),
-            "next_id": self._next_id,
-        }
-
     # ------------------------------------------------------------------ internals
 
     def _admits_fresh(self) -> bool:

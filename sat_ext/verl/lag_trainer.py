@@ -16,8 +16,10 @@ Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOT
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 from contextlib import contextmanager
 
 import ray
@@ -35,6 +37,8 @@ from .kept_weights import KeptWeightsWorker
 from .lag_overrides import BASE_MODE, TRAINER_MODE, check_verl_config, kept_weights_spill_dir, uses_bypass
 
 logger = logging.getLogger(__name__)
+LAG_STATE_FILE = "sat_ext_lag.json"  # in verl's global_step_<n> folder: LagMetrics.state_dict()
+
 
 class _FlushTolerantLogger(logging.LoggerAdapter):
     """verl 0.9.1 calls ``logger.info(..., flush=True)`` in ``PPOTrainerSeparateAsync._setup`` whenever
@@ -182,6 +186,34 @@ class SATSeparateAsyncTrainer(PPOTrainerSeparateAsync):
         version = batch_version(batch.tags)
         live = self.local_trigger_step == 0 and version == current
         return self.broadcast_weights.weights_of(self.actor_rollout_wg, version, live_is_version=live, metrics=metrics)
+
+    # ------------------------------------------------------------------ resume: the lag totals
+
+    def _checkpoint_folder(self) -> str:
+        trainer = self.config.trainer
+        if trainer.resume_mode == "resume_path" and self.global_steps and trainer.get("resume_from_path"):
+            return os.path.abspath(trainer.resume_from_path)
+        return os.path.abspath(os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
+
+    def _save_checkpoint(self):
+        """verl's checkpoint, plus the lag metrics' cumulative totals (``lag/dropped_total``, ...) beside it."""
+        super()._save_checkpoint()
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, LAG_STATE_FILE), "w") as f:
+            json.dump(self.replay_buffer.lag_metrics.state_dict(), f)
+
+    def _load_checkpoint(self):
+        """verl's resume, plus the lag totals saved with the checkpoint (absent in checkpoints of older runs)."""
+        super()._load_checkpoint()
+        if not self.global_steps:
+            return
+        path = os.path.join(self._checkpoint_folder(), LAG_STATE_FILE)
+        if os.path.exists(path):
+            with open(path) as f:
+                self.replay_buffer.lag_metrics.load_state_dict(json.load(f))
+        else:
+            logger.warning("sat_ext: no %s in the checkpoint: the lag totals restart at 0", path)
 
     def _compute_old_log_prob(self, batch, metrics: dict):
         compute = super(PPOTrainerSeparateAsync, self)._compute_old_log_prob  # verl's, on the current weights

@@ -16,6 +16,8 @@ from .flags import lag_config
 from .samples import _prompt_groups, _response_tokens, _span, _tag
 from .timing import _Counted, _TimedLock, _TimedQueue
 
+LAG_STATE_KEY = "sat_ext_lag"  # in OpenRLHF's checkpoint client states: LagMetrics.state_dict()
+
 
 def install() -> None:
     """Make ``openrlhf.trainer.ppo_trainer_async.PPOTrainerAsync`` the lag-aware subclass (idempotent).
@@ -150,6 +152,17 @@ def lag_actor_classes() -> SimpleNamespace:
         def fit(self, global_step: int = 0):
             ray.get(self.lag_clock.start.remote(global_step))
             return super().fit(global_step)
+
+        def init_checkpoint_states(self):
+            """OpenRLHF's resume states; the lag totals saved with them are restored (0 without a checkpoint)."""
+            states = super().init_checkpoint_states()
+            self.lag_metrics.load_state_dict(states.get(LAG_STATE_KEY, {}))
+            return states
+
+        def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None):
+            """OpenRLHF's save, with the lag totals (``lag/dropped_total``, ...) in the checkpoint's client states."""
+            client_states = {**(client_states or {}), LAG_STATE_KEY: self.lag_metrics.state_dict()}
+            return super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
 
         def _lag_consume(self, rollout_samples, version: int, steps_done: int, step: int) -> list:
             """The samples to train on: every sample's lag recorded; in bounded mode the prompt groups with a
