@@ -124,7 +124,21 @@ def fresh_process_checks() -> list[Check]:
         _probe_check("verl V1 + TransferQueue + sat_ext lag sampler/trainer", report["lag_stack"], INSTALL_VERL),
         _probe_check("shipped example configs compose", report["example_configs"],
                      "reinstall sat-ext (the wheel or pip install -e .): the configs ship as sat_ext.examples"),
+        *(_private_check(framework, report[f"{framework}_private"])
+          for framework in ("verl", "openrlhf") if f"{framework}_private" in report),
     ]
+
+
+def _private_check(framework: str, result: dict) -> Check:
+    """The private upstream members listed in sat_ext/<framework>/_upstream.py: present in the installed version?"""
+    name = f"{framework} private members sat_ext uses (sat_ext/{framework}/_upstream.py)"
+    if not result["ok"]:
+        return Check(name, "FAIL", str(result["detail"]), f"install the pinned {framework} (pip install -e '.[{framework}]')")
+    names = result["detail"]["names"]
+    listed = f"{len(names)}: " + ", ".join(n.rsplit(".", 1)[-1] for n in names)
+    if not result["detail"]["checked"]:
+        return Check(name, "skip", f"listed, not checked here ({result['detail']['why']}); {listed}")
+    return Check(name, "ok", listed)
 
 
 _RAY_SCRIPT = r"""

@@ -7,6 +7,7 @@ node (it needs sat_ext installed there, which is itself what it checks).
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import logging
@@ -69,6 +70,18 @@ def lag_stack() -> str:
     return f"{get_trainer_cls(TRAINER_MODE).__name__} ({TRAINER_MODE}), {lag_sampler.SATLagReplayBuffer.__name__}"
 
 
+def private_names(framework: str) -> dict[str, Any]:
+    """The private upstream members sat_ext's adapter for ``framework`` uses (its ``_upstream.py``), checked
+    against the installed version; OpenRLHF's are only listed where its trainer modules cannot be imported."""
+    import importlib
+
+    upstream = importlib.import_module(f"sat_ext.{framework}._upstream")
+    try:
+        return {"checked": True, "names": upstream.check()}
+    except ImportError as e:  # OpenRLHF's trainer needs its GPU dependencies (flash-attn, DeepSpeed)
+        return {"checked": False, "names": upstream.names(), "why": f"{type(e).__name__}: {e}"}
+
+
 def example_configs() -> str:
     """Every shipped verl example variant composes, passes sat_ext's lag check, and its actor converts."""
     from hydra import compose, initialize_config_dir
@@ -105,6 +118,9 @@ def fresh_process_report() -> dict[str, Any]:
     out["target_conversion"] = _guard(target_conversion)
     out["lag_stack"] = _guard(lag_stack)
     out["example_configs"] = _guard(example_configs)
+    out["verl_private"] = _guard(lambda: private_names("verl"))
+    if importlib.util.find_spec("openrlhf") is not None:
+        out["openrlhf_private"] = _guard(lambda: private_names("openrlhf"))
     return out
 
 

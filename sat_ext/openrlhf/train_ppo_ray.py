@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 
 from sat_ext.pinned import LOSS_NAMES, OPENRLHF
 
+from . import _upstream
 from . import lag as _lag
 from .config import SAT_OPTION_CHOICES, SAT_OPTION_DEFAULTS, SAT_OPTIONS, check_openrlhf_args, sat_options
 
@@ -103,7 +104,7 @@ EXTENSIONS: tuple[Extension, ...] = (SAT, LAG)
 
 
 def _extend_parser(parser: argparse.ArgumentParser, extensions: Sequence[Extension]) -> None:
-    loss_flag = parser._option_string_actions[_LOSS_FLAG]
+    loss_flag = _upstream.option_action(parser, _LOSS_FLAG)
     if loss_flag.choices is not None:  # None with the registry patch: OpenRLHF then validates the name itself
         loss_flag.choices = [*loss_flag.choices, *(t for ext in extensions for t in ext.loss_types)]
     for ext in extensions:
@@ -142,7 +143,7 @@ def main(argv: Sequence[str] | None = None, extensions: Sequence[Extension] = EX
     hooked = []
 
     def parse_args_with_extensions(parser, args=None, namespace=None):
-        if _LOSS_FLAG not in parser._option_string_actions:  # some other parser
+        if _upstream.option_action(parser, _LOSS_FLAG) is None:  # some other parser
             return parse_args(parser, args, namespace)
         argparse.ArgumentParser.parse_args = parse_args
         hooked.append(parser)

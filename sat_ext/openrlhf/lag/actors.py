@@ -11,6 +11,7 @@ from sat_ext.lag.metrics import LagMetrics
 from sat_ext.lag.schedule import scheduled_lag
 from sat_ext.lag.versions import lag_in_steps, sample_lag
 
+from .. import _upstream
 from .clock import LagClock
 from .flags import lag_config
 from .samples import _prompt_groups, _response_tokens, _span, _tag
@@ -62,7 +63,7 @@ def lag_actor_classes() -> SimpleNamespace:
             self.rollout_slots = _TimedQueue(self.rollout_slots, idle)
             self.vllm_lock = _TimedLock(self.vllm_lock, idle)
             sg = self.samples_generator
-            sg._generate_vllm = self._lag_generate_vllm(sg._generate_vllm)
+            _upstream.wrap_generate_vllm(sg, self._lag_generate_vllm)
             if self.lag_cfg.mode == "interval":
                 sg.generate_samples = self._lag_scheduled(sg.generate_samples)
 
@@ -80,7 +81,7 @@ def lag_actor_classes() -> SimpleNamespace:
                 oldest = ray.get(self.lag_clock.current_version.remote())
                 experiences, prompts_consumed, exhausted = generate_vllm(
                     dataloader_iter, num_prompts, dynamic_filtering, **kwargs)
-                newest = ray.get(self.lag_clock.current_version.remote()) if self._partial_rollout else None
+                newest = ray.get(self.lag_clock.current_version.remote()) if _upstream.partial_rollout(self) else None
                 _tag(experiences, oldest, newest)
                 if requeued is not None:  # regenerated prompts were counted when first drawn
                     prompts_consumed -= requeued.taken
@@ -91,7 +92,7 @@ def lag_actor_classes() -> SimpleNamespace:
         def _lag_scheduled(self, generate_samples):
             @functools.wraps(generate_samples)
             def wrapped(**kwargs):
-                locked = not self._partial_rollout  # OpenRLHF's fit holds the vLLM lock around this call
+                locked = not _upstream.partial_rollout(self)  # OpenRLHF's fit holds the vLLM lock around this call
                 if locked:
                     ray.get(self.vllm_lock.release.remote())
                 try:
@@ -261,6 +262,7 @@ def lag_ppo_trainer_async():
     import ray
     from openrlhf.trainer import ppo_trainer_async as pta
 
+    _upstream.check()  # every private OpenRLHF member the lag actors use, before any is used
     base = pta.PPOTrainerAsync.__ray_actor_class__
     if getattr(base, "_sat_ext_lag", False):  # already installed
         return pta.PPOTrainerAsync
@@ -280,13 +282,9 @@ def lag_ppo_trainer_async():
                 return
             classes = lag_actor_classes()
             self.lag_clock = classes.clock.remote(cfg.mode, cfg.sync_every, cfg.prefetch)
-            names = base.__init__.__globals__
-            saved = {name: names[name] for name in ("GenerateSamplesActor", "TrainingActor")}
-            names["GenerateSamplesActor"] = _WithKwargs(classes.generator, lag_clock=self.lag_clock)
-            names["TrainingActor"] = _WithKwargs(classes.trainer, lag_clock=self.lag_clock)
-            try:
+            lag_classes = {"GenerateSamplesActor": _WithKwargs(classes.generator, lag_clock=self.lag_clock),
+                           "TrainingActor": _WithKwargs(classes.trainer, lag_clock=self.lag_clock)}
+            with _upstream.actor_classes_bound(base.__init__, lag_classes):
                 super().__init__(pretrain, strategy, *args, **kwargs)
-            finally:
-                names.update(saved)
 
     return ray.remote(LagPPOTrainerAsync)

@@ -10,6 +10,8 @@ from typing import Any
 from sat_ext.lag.config import DEFAULT_HIST_EDGES, MODES, OVER_BOUND, EngineSettings, LagConfig, LagConfigError
 from sat_ext.lag.config import check_compatible
 
+from .. import _upstream
+
 LAG_OPTIONS = ("mode", "max_lag", "interval", "prefetch", "over_bound", "hist_edges")
 _QUEUE_FLAG = "--train.async_queue_size"
 
@@ -46,7 +48,7 @@ def add_lag_arguments(parser: argparse.ArgumentParser) -> None:
         else:
             kwargs["type"] = types[name]
         group.add_argument(f"--lag.{name}", **kwargs)
-    queue = parser._option_string_actions.get(_QUEUE_FLAG)
+    queue = _upstream.option_action(parser, _QUEUE_FLAG)
     if queue is not None:
         queue.default = None
 

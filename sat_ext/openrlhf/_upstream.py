@@ -1,0 +1,101 @@
+"""Every private OpenRLHF 0.11.2 member (and argparse internal) sat_ext's OpenRLHF adapter uses, in one place.
+
+The rest of the adapter reaches them only through the functions below. :data:`PRIVATE` lists each (module,
+qualified name, what sat_ext does with it); :func:`check` checks the installed OpenRLHF version and every entry,
+raising naming the first one missing (an OpenRLHF bump must fail here, not halfway through a run). It runs when
+the launcher starts (:func:`sat_ext.openrlhf.train_ppo_ray.main`) and when the lag actors are built; importing
+this module imports no OpenRLHF code (OpenRLHF's trainer modules need its GPU dependencies, or the CPU setup).
+``sat-ext doctor`` lists :func:`names`. The CPU setup's patches have their own list in
+:mod:`sat_ext.openrlhf.cpu.upstream`. The launcher's process-wide hooks (``argparse.ArgumentParser.parse_args``
+while OpenRLHF's CLI parses, and the ``train`` in its ``__main__`` namespace) are public Python names and live in
+:mod:`sat_ext.openrlhf.train_ppo_ray`; where OpenRLHF gains a hook, a patch under patches/ is the long-term route
+(as patches/openrlhf-0.11.2-policy-loss-registry.diff already is for the loss).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple
+
+from sat_ext.pinned import OPENRLHF_PINS, check_pinned
+
+_PTA = "openrlhf.trainer.ppo_trainer_async"
+_SG = "openrlhf.trainer.ppo_utils.samples_generator"
+
+
+class Private(NamedTuple):
+    """``module.name`` (``name`` may be ``Class.member``, or ``function:attribute`` for an attribute it sets)."""
+
+    module: str
+    name: str
+    use: str
+
+
+PRIVATE = (
+    Private(_SG, "SamplesGenerator._generate_vllm", "wrapped per generator: version tags, regenerated prompts"),
+    Private(_PTA, "GenerateSamplesActor.__init__:_partial_rollout", "read: whether fit holds the vLLM lock"),
+    Private(_PTA, "PPOTrainerAsync.__init__:GenerateSamplesActor", "rebound in that function's globals during it"),
+    Private(_PTA, "PPOTrainerAsync.__init__:TrainingActor", "rebound in that function's globals during it"),
+    Private("argparse", "ArgumentParser._option_string_actions", "read: OpenRLHF's flags' actions by name"),
+)
+
+
+def _found(entry: Private) -> bool:
+    path, _, attribute = entry.name.partition(":")
+    if entry.module == "argparse":  # an instance attribute
+        return path.split(".")[-1] in vars(argparse.ArgumentParser())
+    owner: Any = importlib.import_module(entry.module)
+    for part in path.split("."):
+        owner = getattr(getattr(owner, "__ray_actor_class__", owner), part, None)  # through Ray's actor wrapper
+        if owner is None:
+            return False
+    return not attribute or attribute in owner.__code__.co_names
+
+
+def check() -> list[str]:
+    """Check the installed OpenRLHF version and every entry of :data:`PRIVATE`; returns their names."""
+    check_pinned(OPENRLHF_PINS, "sat_ext's OpenRLHF adapter", "sat_ext/openrlhf/_upstream.py")
+    for entry in PRIVATE:
+        if not _found(entry):
+            raise RuntimeError(f"sat_ext's OpenRLHF adapter uses {entry.module}.{entry.name}, which the installed "
+                               f"OpenRLHF lacks (written against {OPENRLHF_PINS}; sat_ext/openrlhf/_upstream.py)")
+    return names()
+
+
+def names() -> list[str]:
+    """``module.name`` of every private member the adapter uses."""
+    return [f"{e.module}.{e.name}" for e in PRIVATE]
+
+
+# --------------------------------------------------------------------------------------------- the seam
+
+
+def option_action(parser: argparse.ArgumentParser, flag: str) -> argparse.Action | None:
+    """The action of ``flag`` on ``parser`` (None when the parser has no such flag)."""
+    return parser._option_string_actions.get(flag)
+
+
+def wrap_generate_vllm(samples_generator: Any, wrap: Callable[[Callable], Callable]) -> None:
+    """Replace this generator's ``_generate_vllm`` (the call that generates one batch) by ``wrap(original)``."""
+    samples_generator._generate_vllm = wrap(samples_generator._generate_vllm)
+
+
+def partial_rollout(generator_actor: Any) -> bool:
+    """Whether OpenRLHF's generator runs partial rollout (then its fit does not hold the vLLM lock)."""
+    return generator_actor._partial_rollout
+
+
+@contextlib.contextmanager
+def actor_classes_bound(init: Callable, classes: Mapping[str, Any]) -> Iterator[None]:
+    """While the body runs, the names in ``classes`` (``GenerateSamplesActor``, ``TrainingActor``) resolve to the
+    given objects inside ``PPOTrainerAsync.__init__`` (``init``), through that function's globals."""
+    names = init.__globals__
+    saved = {name: names[name] for name in classes}
+    names.update(classes)
+    try:
+        yield
+    finally:
+        names.update(saved)
