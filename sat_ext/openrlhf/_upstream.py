@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -36,6 +37,7 @@ class Private(NamedTuple):
 
 PRIVATE = (
     Private(_SG, "SamplesGenerator._generate_vllm", "wrapped per generator: version tags, regenerated prompts"),
+    Private(_SG, "SamplesGenerator.generate_samples:_dataloader_iter", "read: whether a call draws training prompts"),
     Private(_PTA, "GenerateSamplesActor.__init__:_partial_rollout", "read: whether fit holds the vLLM lock"),
     Private(_PTA, "PPOTrainerAsync.__init__:GenerateSamplesActor", "rebound in that function's globals during it"),
     Private(_PTA, "PPOTrainerAsync.__init__:TrainingActor", "rebound in that function's globals during it"),
@@ -52,7 +54,7 @@ def _found(entry: Private) -> bool:
         owner = getattr(getattr(owner, "__ray_actor_class__", owner), part, None)  # through Ray's actor wrapper
         if owner is None:
             return False
-    return not attribute or attribute in owner.__code__.co_names
+    return not attribute or attribute in inspect.unwrap(owner).__code__.co_names
 
 
 def check() -> list[str]:
@@ -81,6 +83,11 @@ def option_action(parser: argparse.ArgumentParser, flag: str) -> argparse.Action
 def wrap_generate_vllm(samples_generator: Any, wrap: Callable[[Callable], Callable]) -> None:
     """Replace this generator's ``_generate_vllm`` (the call that generates one batch) by ``wrap(original)``."""
     samples_generator._generate_vllm = wrap(samples_generator._generate_vllm)
+
+
+def training_prompts(samples_generator: Any) -> Any:
+    """The generator's iterator over training prompts (None before its first training batch)."""
+    return getattr(samples_generator, "_dataloader_iter", None)
 
 
 def partial_rollout(generator_actor: Any) -> bool:

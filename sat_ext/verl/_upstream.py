@@ -13,6 +13,7 @@ the long-term route (docs/verl.md).
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, NamedTuple
 
 from verl.trainer.ppo.v1 import replay_buffer as _replay_buffer
@@ -61,7 +62,7 @@ def _resolve(entry: Private) -> Any:
         if owner is None:
             raise RuntimeError(f"sat_ext's verl lag modes use {entry.module}.{path}, which the installed verl lacks "
                                f"(written against verl {VERL_PINS['verl']}; sat_ext/verl/_upstream.py)")
-    if attribute and attribute not in owner.__code__.co_names:
+    if attribute and attribute not in inspect.unwrap(owner).__code__.co_names:
         raise RuntimeError(f"sat_ext's verl lag modes use the attribute {attribute} set by {entry.module}.{path}, "
                            "which the installed verl does not set (sat_ext/verl/_upstream.py)")
     return owner

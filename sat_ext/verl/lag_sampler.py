@@ -29,10 +29,10 @@ from omegaconf import DictConfig
 from transfer_queue import KVBatchMeta
 from verl.utils.skip import SkipManager
 
+from sat_ext.lag.accounting import batch_lags, check_within_bound
 from sat_ext.lag.batches import GroupState, next_batch, over_bound, waits_for_stragglers
 from sat_ext.lag.metrics import LagMetrics
-from sat_ext.lag.schedule import scheduled_lag
-from sat_ext.lag.versions import VersionSpan, lag_in_steps, sample_lag
+from sat_ext.lag.versions import VersionSpan, sample_lag
 
 from ._upstream import ReplayBufferSeam, accumulate_eviction_metrics
 from .lag_overrides import check_verl_lag, lag_from_sampler_kwargs
@@ -174,16 +174,10 @@ class SATLagReplayBuffer(ReplayBufferSeam):
         local = calls if last_step == global_steps else 0
         self._local_step = (global_steps, local + 1)
         steps_done = (global_steps - 1) * self.sync_every + local
-        scheduled = (
-            scheduled_lag(steps_done + 1, self.sync_every, self.lag.prefetch) if self.lag.mode == "interval" else None
-        )
-        for group in self._trajectories(partition_id, set(selected)).values():
-            for span, length in group:
-                lag = sample_lag(global_steps - 1, span)
-                if over_bound(self.lag, lag):
-                    raise AssertionError(f"selected a trajectory with lag {lag} > lag.max_lag={self.lag.max_lag}")
-                lag_steps = lag_in_steps(steps_done, span, self.sync_every)
-                self.lag_metrics.record_consumed(lag, lag_steps, scheduled, length)
+        trajectories = [t for group in self._trajectories(partition_id, set(selected)).values() for t in group]
+        lags = batch_lags(self.lag, global_steps - 1, steps_done, [span for span, _ in trajectories])
+        check_within_bound(self.lag, lags, "the verl sampler")
+        self.lag_metrics.record_batch(lags, [length for _, length in trajectories])
 
         batch = self.materialize_batch(partition_id, selected, snapshot)
         if local == self.sync_every - 1:

@@ -6,10 +6,8 @@ import functools
 import itertools
 from types import SimpleNamespace
 
-from sat_ext.lag.batches import over_bound
+from sat_ext.lag.accounting import batch_lags, check_within_bound
 from sat_ext.lag.metrics import LagMetrics
-from sat_ext.lag.schedule import scheduled_lag
-from sat_ext.lag.versions import lag_in_steps, sample_lag
 
 from .. import _upstream
 from .clock import LagClock
@@ -73,7 +71,7 @@ def lag_actor_classes() -> SimpleNamespace:
             @functools.wraps(generate_vllm)
             def wrapped(dataloader_iter, num_prompts, dynamic_filtering, **kwargs):
                 requeued = None
-                if dataloader_iter is getattr(sg, "_dataloader_iter", None) and self.lag_cfg.over_bound == "regenerate":
+                if dataloader_iter is _upstream.training_prompts(sg) and self.lag_cfg.over_bound == "regenerate":
                     items = ray.get(self.lag_clock.take_requeued.remote(num_prompts))
                     if items:
                         requeued = _Counted(items)
@@ -165,18 +163,17 @@ def lag_actor_classes() -> SimpleNamespace:
             client_states = {**(client_states or {}), LAG_STATE_KEY: self.lag_metrics.state_dict()}
             return super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
 
-        def _lag_consume(self, rollout_samples, version: int, steps_done: int, step: int) -> list:
+        def _lag_consume(self, rollout_samples, version: int, steps_done: int) -> list:
             """The samples to train on: every sample's lag recorded; in bounded mode the prompt groups with a
             sample over the bound are removed (dropped, or sent back to the generator to regenerate); with
             ``over_bound wait`` (the default) OpenRLHF's first-in first-out queue of at most L batches is the
             guarantee, and a sample over the bound is an error."""
             cfg = self.lag_cfg
-            spans = [_span([s]) for s in rollout_samples]
-            lags = [sample_lag(version, span) for span in spans]
+            lags = batch_lags(cfg, version, steps_done, [_span([s]) for s in rollout_samples])
             tokens = [_response_tokens(s) for s in rollout_samples]
-            over = [over_bound(cfg, lag) for lag in lags]
+            over = list(lags.over)
             if any(over) and cfg.over_bound == "wait":
-                raise AssertionError(f"a sample with lag {max(lags)} > --lag.max_lag {cfg.max_lag} reached the trainer")
+                check_within_bound(cfg, lags, "OpenRLHF's trainer (--lag.over_bound wait)")
             if any(over):
                 n = self.args.rollout.n_samples_per_prompt
                 _prompt_groups(rollout_samples, n)  # raises unless whole groups
@@ -193,21 +190,16 @@ def lag_actor_classes() -> SimpleNamespace:
                             requeue.append((None, first.prompts[:1], first.labels[:1], first.images[:1] or [None]))
                 if requeue:
                     ray.get(self.lag_clock.requeue.remote(requeue))
-            scheduled = scheduled_lag(step, cfg.interval, cfg.prefetch) if cfg.mode == "interval" else None
-            kept = []
-            for sample, span, lag, stale, n_tokens in zip(rollout_samples, spans, lags, over, tokens, strict=True):
-                if not stale:
-                    steps = lag_in_steps(steps_done, span, cfg.sync_every)
-                    self.lag_metrics.record_consumed(lag, steps, scheduled, n_tokens)
-                    kept.append(sample)
-            return kept
+            keep = [not stale for stale in over]
+            self.lag_metrics.record_batch(lags, tokens, keep)
+            return [sample for sample, kept in zip(rollout_samples, keep, strict=True) if kept]
 
         def train_step(self, rollout_samples, global_step: int):
             cfg = self.lag_cfg
             k = cfg.sync_every
             version = global_step // k  # weight syncs after steps k, 2k, ... <= global_step
             step = global_step + 1
-            kept = self._lag_consume(rollout_samples, version, global_step, step)
+            kept = self._lag_consume(rollout_samples, version, global_step)
             self._lag_step, self._lag_synced = step, False
             if kept:
                 self._lag_in_step = True
