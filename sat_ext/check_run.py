@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import Sequence
 
 from sat_ext.example_configs import ExampleError, example_for_project, variant_setting
-from sat_ext.runlog import (ALPHA_TAIL, DEFAULT_GATE_RATE_MIN, VARIANT_RE, Expectation, RunLogError, check_run,
-                            format_table, read_log)
+from sat_ext.runlog import (
+    ALPHA_TAIL,
+    DEFAULT_GATE_RATE_MIN,
+    VARIANT_RE,
+    Expectation,
+    RunLogError,
+    check_run,
+    format_table,
+    read_log,
+)
 
 EVAL_N_KEY = "actor_rollout_ref.rollout.val_kwargs.n"
 

@@ -133,7 +133,8 @@ def _private_check(framework: str, result: dict) -> Check:
     """The private upstream members listed in sat_ext/<framework>/_upstream.py: present in the installed version?"""
     name = f"{framework} private members sat_ext uses (sat_ext/{framework}/_upstream.py)"
     if not result["ok"]:
-        return Check(name, "FAIL", str(result["detail"]), f"install the pinned {framework} (pip install -e '.[{framework}]')")
+        fix = f"install the pinned {framework} (pip install -e '.[{framework}]')"
+        return Check(name, "FAIL", str(result["detail"]), fix)
     names = result["detail"]["names"]
     listed = f"{len(names)}: " + ", ".join(n.rsplit(".", 1)[-1] for n in names)
     if not result["detail"]["checked"]:

@@ -348,7 +348,8 @@ def check_lag_schedule(records: list[Record], exp: Expectation) -> CheckResult:
         return CheckResult(name, None, "no lag interval expected (pass --interval or a variant name)")
     problems = [p for r in records for p in _lag_problems(r, exp)]
     steady = _steady(records, exp)
-    lags = sorted({int(s) for r in steady for s in (r.values.get("lag/steps/min", -1), r.values.get("lag/steps/max", -1))})
+    ends = ("lag/steps/min", "lag/steps/max")
+    lags = sorted({int(r.values.get(key, -1)) for r in steady for key in ends})
     detail = (f"interval {exp.interval}, prefetch {exp.prefetch}: {len(records)} steps"
               + (f", steady-state lag in steps {lags[0]}..{lags[-1]}" if lags else ""))
     return CheckResult(name, not problems, detail + ("; " + "; ".join(problems[:3]) if problems else

@@ -5,7 +5,8 @@ worker, so a patch made in the driver process never reaches it. :func:`sat_polic
 the actor class itself (``ray.remote(...)(class X(PolicyModelActor.__ray_actor_class__))``); Ray ships that
 class to every worker it starts, and its ``init_model_from_pretrained`` runs OpenRLHF's own, then, for
 ``--actor.policy_loss_type sat|sat_gspo``, :func:`use_sat_loss` on the trainer it built. For any other loss
-type the override does nothing, so the actor behaves as OpenRLHF's. :func:`install` puts the class where OpenRLHF's CLI looks it up.
+type the override does nothing, so the actor behaves as OpenRLHF's. :func:`install` puts the class where
+OpenRLHF's CLI looks it up.
 
 Importing this module is cheap; the functions import OpenRLHF's trainer stack (DeepSpeed, vLLM, ...).
 """

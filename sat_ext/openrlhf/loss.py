@@ -3,11 +3,12 @@
 The math is :mod:`sat_ext.core`; this class only maps OpenRLHF's arguments onto it and aggregates the
 per-token loss with OpenRLHF's own ``aggregate_loss``.
 
-- Ratio reference: ``rollout_log_probs`` (vLLM's log-probs of the sampled tokens), old := rollout: the
-  paper's App. E.6 variant (its reported runs divide by the trainer-side log-prob at the rollout checkpoint,
-  Table 9). ``old_log_probs`` (the DeepSpeed actor's recompute, with the weights it holds when the batch
-  arrives: the rollout checkpoint only at lag 0) enters only the ``vllm_kl`` diagnostic. OpenRLHF hands the rollout log-probs over only when ``--algo.advantage.is_correction_level``
-  is not ``off`` (:func:`sat_ext.openrlhf.config.check_openrlhf_args` refuses a run without them).
+- Ratio reference: ``rollout_log_probs`` (vLLM's log-probs of the sampled tokens), old := rollout: the paper's App. E.6
+  variant (its reported runs divide by the trainer-side log-prob at the rollout checkpoint, Table 9). ``old_log_probs``
+  (the DeepSpeed actor's recompute, with the weights it holds when the batch arrives: the rollout checkpoint only at lag
+  0) enters only the ``vllm_kl`` diagnostic. OpenRLHF hands the rollout log-probs over only when
+  ``--algo.advantage.is_correction_level`` is not ``off`` (:func:`sat_ext.openrlhf.config.check_openrlhf_args` refuses a
+  run without them).
 - IS correction: none. The ratio already is new/behaviour, so OpenRLHF's decoupled-PPO reweighting by
   old/rollout would count the same mismatch twice; the ``is_correction_*`` arguments are accepted (and
   validated by ``PolicyLoss``) but unused, and ``is_filter_ratio`` is 0 (nothing is filtered).

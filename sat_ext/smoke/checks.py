@@ -89,7 +89,8 @@ def check_drops(records: list[Record], forced: bool, failed_key: str | None = VE
     if failed_key is None:
         detail = f"lag/dropped_total {dropped:g}"
         return CheckResult("drops", dropped >= 1 if forced else dropped == 0,
-                           detail + (" (want >= 1: the stale leftovers over the bound)" if forced else " (want no drop)"))
+                           detail + (" (want >= 1: the stale leftovers over the bound)" if forced
+                                     else " (want no drop)"))
     failed = sum(r.values.get(failed_key, 0.0) for r in records)
     detail = f"lag/dropped_total {dropped:g}, {failed_key} {failed:g}"
     if forced:

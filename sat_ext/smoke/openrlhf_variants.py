@@ -6,12 +6,14 @@ Every variant trains a tiny random Qwen3 (:mod:`sat_ext.smoke.assets`) with GRPO
 ratio against vLLM's rollout log-probs (``--algo.advantage.is_correction_level token``; App. E.6's
 denominator, the only one OpenRLHF has):
 
-| variant | loss | entry point | trainer |
-|---|---|---|---|
-| ``sync-sat`` | sat | plain ``python -m openrlhf.cli.train_ppo_ray`` on a copy of OpenRLHF with patches/openrlhf-0.11.2-policy-loss-registry.diff applied (first on that run's ``PYTHONPATH``; the installed package is not touched), SAT from sat_ext's entry point, its option in ``--actor.policy_loss_kwargs`` | synchronous |
-| ``sync-sat_gspo`` | sat_gspo, ``--sat.gate_scope global`` on 2 DeepSpeed ranks | ``python -m sat_ext.openrlhf.train_ppo_ray`` | synchronous |
-| ``interval2`` | sat | the launcher, ``--lag.mode interval --lag.interval 2 --lag.prefetch 1`` | asynchronous |
-| ``bounded1-drop`` | sat | the launcher, ``--lag.mode bounded --lag.max_lag 1 --lag.over_bound drop``, oversampling | asynchronous |
+- ``sync-sat`` (sat, synchronous): plain ``python -m openrlhf.cli.train_ppo_ray`` on a copy of OpenRLHF with
+  patches/openrlhf-0.11.2-policy-loss-registry.diff applied (first on that run's ``PYTHONPATH``; the installed
+  package is not touched), SAT from sat_ext's entry point, its option in ``--actor.policy_loss_kwargs``;
+- ``sync-sat_gspo`` (sat_gspo, synchronous): ``--sat.gate_scope global`` on 2 DeepSpeed ranks, through
+  ``python -m sat_ext.openrlhf.train_ppo_ray``;
+- ``interval2`` (sat, asynchronous): the launcher, ``--lag.mode interval --lag.interval 2 --lag.prefetch 1``;
+- ``bounded1-drop`` (sat, asynchronous): the launcher, ``--lag.mode bounded --lag.max_lag 1 --lag.over_bound
+  drop``, oversampling.
 
 ``bounded1-drop`` forces drops with OpenRLHF's own oversampling: vLLM generates one prompt more per call than a
 step takes (``--rollout.vllm_generate_batch_size`` = ``--rollout.batch_size`` + 1), and the leftovers wait in
@@ -146,7 +148,8 @@ def prepare(variant: Variant, folder: Path, model: Path, steps: int, device: str
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(scratch / "hf_datasets"),
            "TOKENIZERS_PARALLELISM": "false", "RAY_ADDRESS": "local"}  # a private Ray instance
     path = [str(patched_openrlhf(scratch))] if variant.patched_cli else []
-    argv = [sys.executable, "-m", CLI if variant.patched_cli else LAUNCHER, *_flags(variant, folder, model, data, steps)]
+    entry = CLI if variant.patched_cli else LAUNCHER
+    argv = [sys.executable, "-m", entry, *_flags(variant, folder, model, data, steps)]
     if device == "cpu":
         from sat_ext.openrlhf.cpu import CPU_FLAGS, SITE, cpu_environment
 

@@ -50,7 +50,7 @@ PRIVATE = (
     Private(_TB, "PPOTrainer._save_checkpoint", "overridden: the lag totals saved beside the checkpoint"),
     Private(_TB, "PPOTrainer._load_checkpoint", "overridden: the lag totals restored on resume"),
     Private(_TSA, "PPOTrainerSeparateAsync._init_resource_pool_mgr", "overridden: the kept-weights actor worker"),
-    Private(_TB, "PPOTrainer._consume_sync_metrics:_pending_sync_metrics", "written: drain metrics logged with the step"),
+    Private(_TB, "PPOTrainer._consume_sync_metrics:_pending_sync_metrics", "written: drain metrics for the step"),
 )
 
 

@@ -8,9 +8,9 @@ Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOT
    it on the new weights.
    The whole config is checked first (:func:`sat_ext.verl.lag_overrides.check_verl_config`), and DAPO's
    ``filter_groups`` metric forwarded to the sampler in bounded mode.
-2. The paper's denominator (App. F, Table 9; docs/verl.md, "The denominator"): without bypass mode, each batch's ``old_log_probs`` is the
-   trainer's log-prob under the weights of the broadcast that generated the batch. verl keeps a CPU copy of
-   the current broadcast's weights only; this trainer keeps the copies a prefetched batch still needs
+2. The paper's denominator (App. F, Table 9; docs/verl.md, "The denominator"): without bypass mode, each batch's
+   ``old_log_probs`` is the trainer's log-prob under the weights of the broadcast that generated the batch. verl keeps a
+   CPU copy of the current broadcast's weights only; this trainer keeps the copies a prefetched batch still needs
    (:func:`kept_versions`: 2 for the paper's lag 1 and lag 8) and restores the right one per batch.
 """
 
@@ -25,9 +25,9 @@ from contextlib import contextmanager
 import ray
 import transfer_queue as tq
 from omegaconf import DictConfig, open_dict
+from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1 import trainer_separate_async
 from verl.trainer.ppo.v1.trainer_base import register_trainer
-from verl.trainer.ppo.utils import Role
 from verl.utils.debug import marked_timer
 
 from sat_ext.lag.config import LagConfig

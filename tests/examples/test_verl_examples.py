@@ -318,11 +318,12 @@ def test_variant_converts_like_verl(name, composed):
 
 @pytest.mark.parametrize("name", [v for v in VARIANTS if v.startswith("sat_")])
 def test_sat_variants_get_sats_intended_config(name, composed):
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.utils.config import omega_conf_to_dataclass
+
     from sat_ext.core import SATConfig
     from sat_ext.verl.config import SATPolicyLossConfig, sat_config_for
     from sat_ext.verl.loss import compute_policy_loss_sat, compute_policy_loss_sat_gspo
-    from verl.trainer.ppo.core_algos import get_policy_loss_fn
-    from verl.utils.config import omega_conf_to_dataclass
 
     actor = omega_conf_to_dataclass(composed[name].actor_rollout_ref.actor)
     pl = actor.policy_loss
@@ -476,9 +477,10 @@ def rollout_denominator() -> dict[str, DictConfig]:
 
 
 def test_rollout_denominator_switch_on_every_grpo_gspo_sat_variant(rollout_denominator):
+    from verl.utils.config import validate_config
+
     from sat_ext.lag import LagConfigError
     from sat_ext.verl.lag_overrides import check_verl_config
-    from verl.utils.config import validate_config
 
     assert len(rollout_denominator) == 24
     for name, cfg in rollout_denominator.items():
@@ -609,7 +611,7 @@ def test_hydra_argv_knows_hydras_options():
     """sat_ext.example_configs' list of Hydra options that take a value is Hydra's own (its parser)."""
     from hydra._internal.utils import get_args_parser
 
-    from sat_ext.example_configs import (HYDRA_INFO_CHOICES, HYDRA_INFO_OPTIONS, HYDRA_VALUE_OPTIONS, hydra_argv)
+    from sat_ext.example_configs import HYDRA_INFO_CHOICES, HYDRA_INFO_OPTIONS, HYDRA_VALUE_OPTIONS, hydra_argv
 
     actions = [a for a in get_args_parser()._actions if a.option_strings]
     valued = {o for a in actions if a.nargs is None and not isinstance(a.const, bool) and a.const is None

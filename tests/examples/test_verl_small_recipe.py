@@ -21,7 +21,6 @@ pytest.importorskip("verl")
 import verl  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
-
 from test_verl_examples import (  # noqa: E402
     IGNORED_PREFIXES,
     _free_form_ok,

@@ -17,8 +17,8 @@ Stand-ins, all at the engine boundary:
   ``fit`` returns a status, ``broadcast_to_vllm`` calls ``Engine.broadcast``.
 
 Part 1, CLI: each case (and each launcher command in docs/openrlhf_lag.md) runs OpenRLHF's
-``openrlhf.cli.train_ppo_ray`` through the launcher and stops where that module calls ``train(args)`` (one more extension, last in line, records the final args and the
-``PPOTrainerAsync`` class ``train()`` would start).
+``openrlhf.cli.train_ppo_ray`` through the launcher and stops where that module calls ``train(args)`` (one more
+extension, last in line, records the final args and the ``PPOTrainerAsync`` class ``train()`` would start).
 
 Part 2, loops: for each scenario, the lag subclasses of ``GenerateSamplesActor`` and ``TrainingActor``
 are constructed (their real ``__init__``) in this process with ``PPOTrainerAsync.__init__``'s set-up (real

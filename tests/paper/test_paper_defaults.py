@@ -14,10 +14,10 @@ import math
 
 import pytest
 import torch
+from _paper_eq import PaperSAT, paper_sat, seq_mean_token_mean, token_mean
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _paper_eq import PaperSAT, paper_sat, seq_mean_token_mean, token_mean
 from sat_ext.core import SATConfig, sat_gspo_loss, sat_token_loss
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
-
 import verl  # noqa: F401  (runs verl's plugin loading, as every verl process does)
 from verl import DataProto
 from verl.utils import tensordict_utils as tu

@@ -12,7 +12,6 @@ def worker_registration_and_loss(actor_cfg) -> dict:
     import sys
 
     import torch
-
     import verl  # noqa: F401  (a verl worker process imports verl first)
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn
     from verl.utils.config import omega_conf_to_dataclass

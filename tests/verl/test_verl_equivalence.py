@@ -12,9 +12,9 @@ import math
 
 import pytest
 import torch
+from _verl_helpers import LOSS_AGG_MODES
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from _verl_helpers import LOSS_AGG_MODES
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.workers.config import ActorConfig
 
@@ -142,8 +142,8 @@ def test_c_equal_one_is_verl_bit_for_bit(loss, agg, gbi):
             for weights in (None, torch.rand(old.shape, generator=g) * 2):
                 cfg.global_batch_info.clear()
                 cfg.global_batch_info.update(global_info(gbi, mask))
-                where = f"{loss} vs {PAIRS[loss]}, agg={agg}, gbi={gbi}, radii=({low},{high},{clip_c}), input={kind}:{arg}, " \
-                        f"weights={weights is not None}"
+                where = (f"{loss} vs {PAIRS[loss]}, agg={agg}, gbi={gbi}, radii=({low},{high},{clip_c}), "
+                         f"input={kind}:{arg}, weights={weights is not None}")
                 ref_loss, ref_grad, ref_m = _run(PAIRS[loss], cfg, old, lp, adv, mask, agg, weights)
                 sat_loss, sat_grad, sat_m = _run(loss, cfg, old, lp, adv, mask, agg, weights)
                 assert torch.isfinite(ref_loss), where
@@ -290,9 +290,9 @@ def test_float_ties_between_the_branches_are_verl_bit_for_bit(agg):
     ]
     ls, advs = [], []
     for k, (bound, above, sign) in enumerate(cases):
-        l, a = _tie_tokens(bound, above, sign)
-        assert len(l) == 6 or k >= 4, (bound, above, sign)  # the four endpoint cases must be constructible
-        ls += l
+        tokens, a = _tie_tokens(bound, above, sign)
+        assert len(tokens) == 6 or k >= 4, (bound, above, sign)  # the four endpoint cases must be constructible
+        ls += tokens
         advs += a
     ls += [0.05, -0.05, 0.9555, 1.0296]  # r = 2.6 and 2.8 < C with a subnormal A < 0: -A r and -A C round together
     advs += [0.3, -0.2, -1.4e-45, -2.8e-45]

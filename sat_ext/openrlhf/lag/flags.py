@@ -7,8 +7,15 @@ import re
 from types import SimpleNamespace
 from typing import Any
 
-from sat_ext.lag.config import DEFAULT_HIST_EDGES, MODES, OVER_BOUND, EngineSettings, LagConfig, LagConfigError
-from sat_ext.lag.config import check_compatible
+from sat_ext.lag.config import (
+    DEFAULT_HIST_EDGES,
+    MODES,
+    OVER_BOUND,
+    EngineSettings,
+    LagConfig,
+    LagConfigError,
+    check_compatible,
+)
 
 from .. import _upstream
 
