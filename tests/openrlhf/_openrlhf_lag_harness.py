@@ -54,6 +54,17 @@ class SamplingParams:
         self.__dict__.update(kwargs)
 
 
+def _clock_state(clock) -> dict:
+    """The LagClock actor's state, read inside the actor (Ray's ``__ray_call__``)."""
+    import ray
+
+    def state(c):
+        return {"version": c.version, "next_step": c.next_step, "done_upto": c.done_upto, "closed": c.closed,
+                "requeued": len(c.requeued)}
+
+    return ray.get(clock.__ray_call__.remote(state), timeout=10)
+
+
 def worker_setup():
     """Ray's worker_process_setup_hook (and this process's set-up): the stand-ins above, before any import."""
     _openrlhf_stubs.install()
@@ -360,7 +371,6 @@ def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
     """The real generator and trainer loops of the lag subclasses, in two threads of this process."""
     import threading
 
-    import ray
     from openrlhf.utils import get_strategy
 
     from sat_ext.openrlhf.lag import lag_actor_classes
@@ -401,10 +411,10 @@ def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
         t.join(timeout=max(1.0, timeout - (time.time() - t0)))
     if any(t.is_alive() for t in threads):
         errors.append(f"the loops did not finish within {timeout} s (deadlock?): "
-                      f"{ray.get(clock.stats.remote(), timeout=10)}")
+                      f"{_clock_state(clock)}")
     return {"logs": _lag_logs(logs), "evals": evals, "trained": group.trained, "errors": errors,
             "seconds": time.time() - t0,
-            "clock": ray.get(clock.stats.remote(), timeout=10), "engine_weights": engine.engine.weights,
+            "clock": _clock_state(clock), "engine_weights": engine.engine.weights,
             "queue_size": q, "prompts": N_PROMPTS}
 
 

@@ -118,7 +118,3 @@ class LagClock:
     async def take_requeued(self, limit: int) -> list[Any]:
         items, self.requeued = self.requeued[:limit], self.requeued[limit:]
         return items
-
-    async def stats(self) -> dict[str, Any]:
-        return {"version": self.version, "next_step": self.next_step, "done_upto": self.done_upto,
-                "closed": self.closed, "requeued": len(self.requeued)}
