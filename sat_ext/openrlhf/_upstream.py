@@ -16,23 +16,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
-import inspect
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
-from sat_ext.pinned import OPENRLHF_PINS, check_pinned
+from sat_ext.pinned import OPENRLHF_PINS, Private, check_private
 
 _PTA = "openrlhf.trainer.ppo_trainer_async"
 _SG = "openrlhf.trainer.ppo_utils.samples_generator"
-
-
-class Private(NamedTuple):
-    """``module.name`` (``name`` may be ``Class.member``, or ``function:attribute`` for an attribute it sets)."""
-
-    module: str
-    name: str
-    use: str
 
 
 PRIVATE = (
@@ -45,26 +35,9 @@ PRIVATE = (
 )
 
 
-def _found(entry: Private) -> bool:
-    path, _, attribute = entry.name.partition(":")
-    if entry.module == "argparse":  # an instance attribute
-        return path.split(".")[-1] in vars(argparse.ArgumentParser())
-    owner: Any = importlib.import_module(entry.module)
-    for part in path.split("."):
-        owner = getattr(getattr(owner, "__ray_actor_class__", owner), part, None)  # through Ray's actor wrapper
-        if owner is None:
-            return False
-    return not attribute or attribute in inspect.unwrap(owner).__code__.co_names
-
-
 def check() -> list[str]:
     """Check the installed OpenRLHF version and every entry of :data:`PRIVATE`; returns their names."""
-    check_pinned(OPENRLHF_PINS, "sat_ext's OpenRLHF adapter", "sat_ext/openrlhf/_upstream.py")
-    for entry in PRIVATE:
-        if not _found(entry):
-            raise RuntimeError(f"sat_ext's OpenRLHF adapter uses {entry.module}.{entry.name}, which the installed "
-                               f"OpenRLHF lacks (written against {OPENRLHF_PINS}; sat_ext/openrlhf/_upstream.py)")
-    return names()
+    return check_private(OPENRLHF_PINS, PRIVATE, "sat_ext's OpenRLHF adapter", "sat_ext/openrlhf/_upstream.py")
 
 
 def names() -> list[str]:

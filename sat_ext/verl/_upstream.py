@@ -12,28 +12,16 @@ the long-term route (docs/verl.md).
 
 from __future__ import annotations
 
-import importlib
-import inspect
-from typing import Any, NamedTuple
-
 from verl.trainer.ppo.v1 import replay_buffer as _replay_buffer
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 
-from sat_ext.pinned import VERL_PINS, check_pinned
+from sat_ext.pinned import VERL_PINS, Private, check_private
 
 _RB = "verl.trainer.ppo.v1.replay_buffer"
 _TB = "verl.trainer.ppo.v1.trainer_base"
 _TSA = "verl.trainer.ppo.v1.trainer_separate_async"
-
-
-class Private(NamedTuple):
-    """``module.name`` (``name`` may be ``Class.member``); ``use`` says what sat_ext does with it."""
-
-    module: str
-    name: str
-    use: str
 
 
 PRIVATE = (
@@ -54,26 +42,9 @@ PRIVATE = (
 )
 
 
-def _resolve(entry: Private) -> Any:
-    owner: Any = importlib.import_module(entry.module)
-    path, _, attribute = entry.name.partition(":")
-    for part in path.split("."):
-        owner = getattr(owner, part, None)
-        if owner is None:
-            raise RuntimeError(f"sat_ext's verl lag modes use {entry.module}.{path}, which the installed verl lacks "
-                               f"(written against verl {VERL_PINS['verl']}; sat_ext/verl/_upstream.py)")
-    if attribute and attribute not in inspect.unwrap(owner).__code__.co_names:
-        raise RuntimeError(f"sat_ext's verl lag modes use the attribute {attribute} set by {entry.module}.{path}, "
-                           "which the installed verl does not set (sat_ext/verl/_upstream.py)")
-    return owner
-
-
 def check() -> list[str]:
     """Check the installed verl version and every entry of :data:`PRIVATE`; returns their names."""
-    check_pinned(VERL_PINS, "sat_ext's verl lag modes", "sat_ext/verl/_upstream.py")
-    for entry in PRIVATE:
-        _resolve(entry)
-    return names()
+    return check_private(VERL_PINS, PRIVATE, "sat_ext's verl lag modes", "sat_ext/verl/_upstream.py")
 
 
 def names() -> list[str]:
