@@ -77,7 +77,8 @@ class Record:
 @dataclass(frozen=True)
 class MetricNames:
     """A framework's names for what the checks read: ``training`` is the prefix of a key that only training
-    steps carry; the SAT keys, and the gradient norm (checked with the ``*loss*`` keys)."""
+    steps carry; the SAT keys, and the gradient norm (checked with the ``*loss*`` keys). ``evaluation``: whether
+    its log carries verl's ``val-core/`` evaluation keys (the eval-count check runs only then)."""
 
     training: str
     sat_active: str
@@ -85,13 +86,14 @@ class MetricNames:
     d_pi: str
     nonfinite: str
     grad_norm: str
+    evaluation: bool = True
 
 
 VERL_NAMES = MetricNames("actor/", "actor/sat/active", "actor/sat/gate_rate", "actor/sat/d_pi",
                          "actor/sat/nonfinite_frac", "actor/grad_norm")
 #: OpenRLHF's step status (its console line; its wandb / TensorBoard loggers add ``train/``)
 OPENRLHF_NAMES = MetricNames("policy_loss", "sat_active", "sat_gate_rate", "sat_d_pi", "sat_nonfinite_frac",
-                             "actor_grad_norm")
+                             "actor_grad_norm", evaluation=False)
 
 
 @dataclass(frozen=True)
@@ -391,14 +393,15 @@ CHECKS = (check_sat_active, check_gate_rate, check_d_pi, check_finite, check_lag
 
 
 def check_run(records: list[Record], exp: Expectation) -> list[CheckResult]:
-    """Every check of the module doc: the evaluation's on every record, the others on the training records."""
+    """Every check of the module doc: the evaluation's on every record (verl's logs), the others on the training
+    records."""
+    evaluation = [check_eval_count(records, exp)] if exp.names.evaluation else []
     train = training_records(records, exp.names)
     if not train:
         return [CheckResult("training steps", False,
-                            f"{len(records)} records, none with {exp.names.training} metrics"),
-                check_eval_count(records, exp)]
+                            f"{len(records)} records, none with {exp.names.training} metrics")] + evaluation
     return [CheckResult("training steps", True, f"{len(train)} steps with {exp.names.training} metrics")] + [
-        check(train, exp) for check in CHECKS] + [check_eval_count(records, exp)]
+        check(train, exp) for check in CHECKS] + evaluation
 
 
 def format_table(results: list[CheckResult]) -> str:

@@ -165,6 +165,8 @@ def test_run_checks_read_openrlhfs_names():
                 sat_nonfinite_frac=0.0) for s in (1, 2)]
     exp = Expectation(sat=True, rollout_denominator=True, names=OPENRLHF_NAMES, steps_per_record=1)
     assert all(r.passed is not False for r in check_run(steps, exp))
+    assert "eval count" not in {r.name for r in check_run(steps, exp)}  # verl's val-core/ keys: not OpenRLHF's log
+    assert "eval count" in {r.name for r in check_run(steps, Expectation(sat=True))}
     steps[1].values["policy_loss"] = math.nan
     results = {r.name: r for r in check_run(steps, exp)}
     assert results["finite losses"].passed is False and "policy_loss = nan at step 2" in results["finite losses"].detail
