@@ -113,7 +113,7 @@ class BroadcastWeights:
             )
         live = workers.weights_fingerprint()
         workers.save_model_to_cpu(self.LIVE)
-        workers.restore_model_from_cpu(self.key(version))
+        workers.restore_model_from_cpu(self.key(version))  # Table 9: the generating checkpoint's weights
         try:
             if workers.weights_fingerprint() == live:
                 metrics["lag/kept_weights_identical"] = 1.0
@@ -219,5 +219,5 @@ class SATSeparateAsyncTrainer(TrainerSeam):
         compute = self.base_compute_old_log_prob  # verl's, on the current weights
         if self.bypass:
             return compute(batch, metrics)
-        with self.denominator_weights(batch, metrics):
+        with self.denominator_weights(batch, metrics):  # Table 9: the denominator's weights
             return compute(batch, metrics)
