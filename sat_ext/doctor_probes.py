@@ -23,8 +23,7 @@ def _guard(fn: Callable[[], Any]) -> dict[str, Any]:
     try:
         return {"ok": True, "detail": fn()}
     except Exception as e:  # the doctor reports any failure, it never raises
-        return {"ok": False, "detail": f"{type(e).__name__}: {e}".splitlines()[0],
-                "traceback": traceback.format_exc()}
+        return {"ok": False, "detail": f"{type(e).__name__}: {e}".splitlines()[0], "traceback": traceback.format_exc()}
 
 
 def registered_losses() -> list[str]:
@@ -49,8 +48,12 @@ def target_conversion() -> str:
     from sat_ext.verl.config import SATPolicyLossConfig
 
     pl = "actor_rollout_ref.actor.policy_loss"
-    overrides = [f"{pl}._target_=sat_ext.verl.config.SATPolicyLossConfig", f"{pl}.loss_mode=sat",
-                 f"+{pl}.sat_quantile=0.9", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"]
+    overrides = [
+        f"{pl}._target_=sat_ext.verl.config.SATPolicyLossConfig",
+        f"{pl}.loss_mode=sat",
+        f"+{pl}.sat_quantile=0.9",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+    ]
     with initialize_config_dir(config_dir=_verl_config_dir(), version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=overrides)
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
@@ -136,9 +139,13 @@ def node_report() -> dict[str, Any]:
         except md.PackageNotFoundError:
             return None
 
-    return {"host": socket.gethostname(), "sat-ext": version("sat-ext"), "verl": version("verl"),
-            "transfer_queue": importlib.util.find_spec("transfer_queue") is not None,
-            "registered": _guard(registered_losses)}
+    return {
+        "host": socket.gethostname(),
+        "sat-ext": version("sat-ext"),
+        "verl": version("verl"),
+        "transfer_queue": importlib.util.find_spec("transfer_queue") is not None,
+        "registered": _guard(registered_losses),
+    }
 
 
 def training_node_report() -> dict[str, Any]:
@@ -150,9 +157,15 @@ def training_node_report() -> dict[str, Any]:
 
     import torch
 
-    return {"cuda": {"ok": torch.cuda.is_available(), "detail": f"{torch.cuda.device_count()} GPU(s), torch "
-                     f"{torch.__version__}"}, "megatron-core": version("megatron-core"),
-            "mbridge": version("mbridge"), "sglang": version("sglang")}
+    return {
+        "cuda": {
+            "ok": torch.cuda.is_available(),
+            "detail": f"{torch.cuda.device_count()} GPU(s), torch {torch.__version__}",
+        },
+        "megatron-core": version("megatron-core"),
+        "mbridge": version("mbridge"),
+        "sglang": version("sglang"),
+    }
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ import torch
 from sat_ext.core import empty_microbatch_loss
 
 
-def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, empty: bool,
-              framework_aggregate: Callable[[], torch.Tensor]) -> torch.Tensor:
+def aggregate(
+    loss_mat: torch.Tensor, mask: torch.Tensor, empty: bool, framework_aggregate: Callable[[], torch.Tensor]
+) -> torch.Tensor:
     """The micro-batch's loss: ``framework_aggregate()`` unless ``empty`` (no active token in ``mask``), then
     the core's zero loss."""
     return empty_microbatch_loss(loss_mat, mask) if empty else framework_aggregate()

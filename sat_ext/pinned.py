@@ -42,8 +42,10 @@ def check_pinned(pinned: Mapping[str, str], what: str, where: str) -> None:
     for dist, version in pinned.items():
         installed = installed_version(dist)
         if installed != version:
-            raise RuntimeError(f"{what} is written against {dist}=={version}, found {installed}: it changes internals "
-                               f"of that version ({where})")
+            raise RuntimeError(
+                f"{what} is written against {dist}=={version}, found {installed}: it changes internals "
+                f"of that version ({where})"
+            )
 
 
 class Private(NamedTuple):
@@ -75,6 +77,8 @@ def check_private(pinned: Mapping[str, str], entries: Sequence[Private], what: s
     check_pinned(pinned, what, where)
     for entry in entries:
         if not private_member_found(entry):
-            raise RuntimeError(f"{what} uses {entry.module}.{entry.name}, which the installed version lacks "
-                               f"(written against {dict(pinned)}; {where})")
+            raise RuntimeError(
+                f"{what} uses {entry.module}.{entry.name}, which the installed version lacks "
+                f"(written against {dict(pinned)}; {where})"
+            )
     return [f"{e.module}.{e.name}" for e in entries]

@@ -10,8 +10,10 @@ import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ROW = re.compile(r"^\| (?P<paper>[^|]+) \|.*\| `(?P<path>sat_ext/[\w/]+\.py)`(?:, `# (?P<marker>[^`]+)`)? \| "
-                 r"`(?P<code>.+)` \|$")
+ROW = re.compile(
+    r"^\| (?P<paper>[^|]+) \|.*\| `(?P<path>sat_ext/[\w/]+\.py)`(?:, `# (?P<marker>[^`]+)`)? \| "
+    r"`(?P<code>.+)` \|$"
+)
 
 
 def _rows():

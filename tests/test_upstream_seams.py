@@ -23,8 +23,9 @@ def _listed_names() -> set[str]:
         for node in ast.walk(ast.parse(seam.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Private":
                 dotted = node.args[1].value
-                names.update(p for p in dotted.replace(":", ".").split(".") if p.startswith("_")
-                             and not p.startswith("__"))
+                names.update(
+                    p for p in dotted.replace(":", ".").split(".") if p.startswith("_") and not p.startswith("__")
+                )
     return names
 
 
@@ -54,8 +55,9 @@ def test_the_seams_list_what_the_package_uses():
 
 def test_no_module_outside_the_seams_names_a_listed_private_member():
     listed = _listed_names()
-    found = {str(p.relative_to(PACKAGE.parent)): sorted(_identifiers(ast.parse(p.read_text())) & listed)
-             for p in _modules()}
+    found = {
+        str(p.relative_to(PACKAGE.parent)): sorted(_identifiers(ast.parse(p.read_text())) & listed) for p in _modules()
+    }
     assert {k: v for k, v in found.items() if v} == {}
 
 
@@ -66,8 +68,13 @@ def test_no_module_outside_the_seams_reaches_upstream_internals_another_way():
             where = f"{path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in UPSTREAM:
                 problems += [f"{where} imports {a.name}" for a in node.names if a.name.startswith("_")]
-            elif (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                  and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "super"):
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Call)
+                and getattr(node.value.func, "id", None) == "super"
+            ):
                 problems.append(f"{where} calls super().{node.attr}")
             elif isinstance(node, ast.Attribute) and node.attr == "__globals__":
                 problems.append(f"{where} reads __globals__")

@@ -153,8 +153,10 @@ class LagController:
             del self._samples[group.uid]
         self.metrics.record_batch(lags, [item.response_tokens for item in items])
         self._consumed_at_version += len(items)
-        return [ConsumedSample(group.uid, item.payload, item.span, lag, steps)
-                for group, item, lag, steps in zip(chosen, items, lags.lags, lags.lag_steps, strict=True)]
+        return [
+            ConsumedSample(group.uid, item.payload, item.span, lag, steps)
+            for group, item, lag, steps in zip(chosen, items, lags.lags, lags.lag_steps, strict=True)
+        ]
 
     def complete_step(self) -> bool:
         """The trainer finished a step; returns whether a weight sync is due now."""

@@ -29,11 +29,20 @@ from sat_ext.core.config import (
 
 SAT_OPTIONS = tuple(f.name for f in fields(SATConfig) if f.name not in ("eps_low", "eps_high", "dual_clip", "proxy"))
 SAT_OPTION_DEFAULTS = {f.name: f.default for f in fields(SATConfig) if f.name in SAT_OPTIONS}
-SAT_OPTION_CHOICES = {"quantile_rule": QUANTILE_RULES, "gate_scope": GATE_SCOPES, "global_method": GLOBAL_METHODS,
-                      "kernel": KERNELS, "gspo_gate_level": GSPO_GATE_LEVELS, "nonfinite": NONFINITE_POLICIES}
+SAT_OPTION_CHOICES = {
+    "quantile_rule": QUANTILE_RULES,
+    "gate_scope": GATE_SCOPES,
+    "global_method": GLOBAL_METHODS,
+    "kernel": KERNELS,
+    "gspo_gate_level": GSPO_GATE_LEVELS,
+    "nonfinite": NONFINITE_POLICIES,
+}
 
-_OPENRLHF_FLAGS = {"eps_low": "--actor.eps_clip_low_high LOW (or --actor.eps_clip)",
-                   "eps_high": "--actor.eps_clip_low_high HIGH (or --actor.eps_clip)", "dual_clip": "--actor.dual_clip"}
+_OPENRLHF_FLAGS = {
+    "eps_low": "--actor.eps_clip_low_high LOW (or --actor.eps_clip)",
+    "eps_high": "--actor.eps_clip_low_high HIGH (or --actor.eps_clip)",
+    "dual_clip": "--actor.dual_clip",
+}
 
 
 def sat_options(args: SimpleNamespace) -> dict[str, Any]:
@@ -55,8 +64,12 @@ def sat_config(
     """
     for name, value in options.items():
         if name not in SAT_OPTIONS:
-            raise SATConfigError(key_of(name), value, f"is not a SAT option (options: {list(SAT_OPTIONS)}; the clip "
-                                 "radii and dual clip are --actor.eps_clip_low_high and --actor.dual_clip)")
+            raise SATConfigError(
+                key_of(name),
+                value,
+                f"is not a SAT option (options: {list(SAT_OPTIONS)}; the clip "
+                "radii and dual clip are --actor.eps_clip_low_high and --actor.dual_clip)",
+            )
     values = {"eps_low": clip_eps_low, "eps_high": clip_eps_high, "dual_clip": dual_clip, **options}
     return SATConfig.from_mapping(values, key_of=lambda name: _OPENRLHF_FLAGS.get(name) or key_of(name))
 
@@ -72,8 +85,10 @@ def check_openrlhf_args(
     """
     loss_type = args.actor.policy_loss_type
     if not args.vllm.num_engines:
-        raise ValueError(f"--actor.policy_loss_type {loss_type} needs vLLM's rollout log-probs, so vLLM engines: "
-                         f"set --vllm.num_engines > 0 (got {args.vllm.num_engines!r})")
+        raise ValueError(
+            f"--actor.policy_loss_type {loss_type} needs vLLM's rollout log-probs, so vLLM engines: "
+            f"set --vllm.num_engines > 0 (got {args.vllm.num_engines!r})"
+        )
     if args.algo.advantage.is_correction_level == "off":
         raise ValueError(
             f"--actor.policy_loss_type {loss_type} needs vLLM's rollout log-probs (SAT's ratio is taken against "

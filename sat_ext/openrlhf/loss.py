@@ -89,8 +89,9 @@ class SATPolicyLoss(PolicyLoss):
         self.extra_metrics: dict[str, torch.Tensor] = {}
 
     @classmethod
-    def like(cls, policy_loss: PolicyLoss, process_group: Optional[dist.ProcessGroup] = None,
-             **sat_options: Any) -> "SATPolicyLoss":
+    def like(
+        cls, policy_loss: PolicyLoss, process_group: Optional[dist.ProcessGroup] = None, **sat_options: Any
+    ) -> "SATPolicyLoss":
         """A SAT loss with the settings OpenRLHF gave ``policy_loss`` (as ``ActorPPOTrainer`` builds it)."""
         return cls(
             clip_eps_low=policy_loss.clip_eps_low,
@@ -149,11 +150,28 @@ class SATPolicyLoss(PolicyLoss):
         if self.policy_loss_type == "sat":
             out = sat_token_loss(log_probs, rollout_log_probs, advantages, action_mask, self.sat_config, group=group)
         else:
-            out = sat_gspo_loss(log_probs, rollout_log_probs, advantages, action_mask, self.sat_config, group=group,
-                                ratio_form="sequence")
-        loss = aggregate(out.loss_mat, action_mask, bool(out.metrics["empty_microbatch"]), lambda: aggregate_loss(
-            out.loss_mat, action_mask, token_level_loss=self.token_level_loss, dp_size=dp_size,
-            batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size))
+            out = sat_gspo_loss(
+                log_probs,
+                rollout_log_probs,
+                advantages,
+                action_mask,
+                self.sat_config,
+                group=group,
+                ratio_form="sequence",
+            )
+        loss = aggregate(
+            out.loss_mat,
+            action_mask,
+            bool(out.metrics["empty_microbatch"]),
+            lambda: aggregate_loss(
+                out.loss_mat,
+                action_mask,
+                token_level_loss=self.token_level_loss,
+                dp_size=dp_size,
+                batch_num_tokens=batch_num_tokens,
+                global_batch_size=global_batch_size,
+            ),
+        )
         with torch.no_grad():
             clip_ratio = masked_mean(out.clipped.float(), action_mask, dim=None)
             ppo_kl = masked_mean(-(log_probs - rollout_log_probs), action_mask, dim=None)

@@ -59,15 +59,17 @@ _SAT_HELP = {
     "exponent": "exponent n of the kernel",
     "c_min": "floor on c; 1 disables the contraction (SAT == PPO/GSPO)",
     "gspo_gate_level": "sat_gspo: broadcast (the paper's: the sequence log-ratio on every token, token "
-                       "quantile), sequence (per-sequence quantile) or token (each token's own log-ratio)",
+    "quantile), sequence (per-sequence quantile) or token (each token's own log-ratio)",
     "nonfinite": "NaN/Inf inputs at active tokens: mask (zero loss, counted) or raise",
 }
 
 
 def _add_sat_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
-        "SAT (sat_ext)", "with --actor.policy_loss_type sat|sat_gspo; radii from --actor.eps_clip_low_high, "
-        "dual clip from --actor.dual_clip")
+        "SAT (sat_ext)",
+        "with --actor.policy_loss_type sat|sat_gspo; radii from --actor.eps_clip_low_high, "
+        "dual clip from --actor.dual_clip",
+    )
     for name in SAT_OPTIONS:
         default = SAT_OPTION_DEFAULTS[name]
         group.add_argument(
@@ -84,12 +86,16 @@ def _check_sat_args(args: SimpleNamespace) -> None:
     if args.actor.policy_loss_type not in LOSS_NAMES:
         if options:
             flags = " ".join(f"--sat.{name}" for name in options)
-            raise ValueError(f"{flags} set, but {_LOSS_FLAG} is {args.actor.policy_loss_type!r}, not a SAT loss "
-                             f"({', '.join(LOSS_NAMES)})")
+            raise ValueError(
+                f"{flags} set, but {_LOSS_FLAG} is {args.actor.policy_loss_type!r}, not a SAT loss "
+                f"({', '.join(LOSS_NAMES)})"
+            )
         return
     check_openrlhf_args(args, options, key_of=lambda name: f"--sat.{name}")
-    print(f"[sat_ext] {_LOSS_FLAG} {args.actor.policy_loss_type}: ratio against vLLM's rollout log-probs; "
-          "OpenRLHF's IS correction (--algo.advantage.is_correction_mode/gating/threshold) is not applied")
+    print(
+        f"[sat_ext] {_LOSS_FLAG} {args.actor.policy_loss_type}: ratio against vLLM's rollout log-probs; "
+        "OpenRLHF's IS correction (--algo.advantage.is_correction_mode/gating/threshold) is not applied"
+    )
 
 
 def _install_sat() -> None:
@@ -134,8 +140,10 @@ def main(argv: Sequence[str] | None = None, extensions: Sequence[Extension] = EX
     argv = list(sys.argv[1:] if argv is None else argv)
     found = importlib.metadata.version("openrlhf")
     if found != OPENRLHF:
-        raise SystemExit(f"sat_ext.openrlhf supports openrlhf=={OPENRLHF} (the PolicyLoss API, the actor "
-                         f"class and the CLI it adapts), found {found}")
+        raise SystemExit(
+            f"sat_ext.openrlhf supports openrlhf=={OPENRLHF} (the PolicyLoss API, the actor "
+            f"class and the CLI it adapts), found {found}"
+        )
     for ext in extensions:
         ext.install()
 

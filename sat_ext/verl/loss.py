@@ -24,8 +24,11 @@ from sat_ext.pinned import LOSS_NAMES
 
 from .config import sat_config_for
 
-_VERL_PG_KEYS = {"pg_clipfrac": "actor/pg_clipfrac", "pg_clipfrac_lower": "actor/pg_clipfrac_lower",
-                 "ppo_kl": "actor/ppo_kl"}
+_VERL_PG_KEYS = {
+    "pg_clipfrac": "actor/pg_clipfrac",
+    "pg_clipfrac_lower": "actor/pg_clipfrac_lower",
+    "ppo_kl": "actor/ppo_kl",
+}
 METRIC_NAMES = tuple(_VERL_PG_KEYS.get(k, f"actor/sat/{k}") for k in METRIC_KEYS)
 
 
@@ -47,9 +50,14 @@ def _aggregate(
     out: SATLossOutput, response_mask: torch.Tensor, loss_agg_mode: str, config: Any
 ) -> tuple[torch.Tensor, dict[str, float]]:
     metrics = dict(zip(METRIC_NAMES, out.metric_vector.tolist()))  # the call's one device-to-host copy
-    loss = aggregate(out.loss_mat, response_mask, bool(metrics["actor/sat/empty_microbatch"]),
-                     lambda: agg_loss(loss_mat=out.loss_mat, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
-                                      **config.global_batch_info))
+    loss = aggregate(
+        out.loss_mat,
+        response_mask,
+        bool(metrics["actor/sat/empty_microbatch"]),
+        lambda: agg_loss(
+            loss_mat=out.loss_mat, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info
+        ),
+    )
     return loss, metrics
 
 
@@ -67,8 +75,9 @@ def _make(name: str, core_loss: Callable[..., SATLossOutput]) -> Callable[..., t
             raise ValueError(f"verl policy loss '{name}' needs the actor config (config=None was passed)")
         cfg = sat_config_for(config, name)
         group = data_parallel_group() if cfg.gate_scope == "global" else None
-        out = core_loss(log_prob, old_log_prob, advantages, response_mask, cfg, group=group,
-                        rollout_is_weights=rollout_is_weights)
+        out = core_loss(
+            log_prob, old_log_prob, advantages, response_mask, cfg, group=group, rollout_is_weights=rollout_is_weights
+        )
         return _aggregate(out, response_mask, loss_agg_mode, config)
 
     policy_loss.__name__ = policy_loss.__qualname__ = f"compute_policy_loss_{name}"

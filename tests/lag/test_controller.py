@@ -304,6 +304,9 @@ def test_schedule_metrics_cover_every_optimizer_step_of_the_logged_step():
         metrics.record_consumed(1, lag_steps, scheduled=(1, lag_steps))
     out = metrics.flush(version=3, trainer_step=6)
     assert (out["lag/scheduled_steps/min"], out["lag/scheduled_steps/mean"], out["lag/scheduled_steps/max"]) == (
-        1.0, 5 / 3, 2.0)
+        1.0,
+        5 / 3,
+        2.0,
+    )
     assert out["lag/scheduled/max"] == 1.0 and out["lag/off_schedule"] == 0.0
     assert "lag/scheduled" not in out and "lag/scheduled_steps" not in out

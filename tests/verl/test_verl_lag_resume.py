@@ -21,8 +21,15 @@ from sat_ext.verl import lag_trainer  # noqa: E402
 
 def _trainer(tmp_path, steps: int, resume_mode: str = "auto", resume_from_path=None):
     trainer = object.__new__(lag_trainer.SATSeparateAsyncTrainer)
-    trainer.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path), "resume_mode": resume_mode,
-                                                   "resume_from_path": resume_from_path}})
+    trainer.config = OmegaConf.create(
+        {
+            "trainer": {
+                "default_local_dir": str(tmp_path),
+                "resume_mode": resume_mode,
+                "resume_from_path": resume_from_path,
+            }
+        }
+    )
     trainer.global_steps = steps
     trainer.replay_buffer = SimpleNamespace(lag_metrics=LagMetrics((0, 1, 2)))
     return trainer

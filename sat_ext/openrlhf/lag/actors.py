@@ -78,7 +78,8 @@ def lag_actor_classes() -> SimpleNamespace:
                         dataloader_iter = itertools.chain(requeued, dataloader_iter)
                 oldest = ray.get(self.lag_clock.current_version.remote())
                 experiences, prompts_consumed, exhausted = generate_vllm(
-                    dataloader_iter, num_prompts, dynamic_filtering, **kwargs)
+                    dataloader_iter, num_prompts, dynamic_filtering, **kwargs
+                )
                 newest = ray.get(self.lag_clock.current_version.remote()) if _upstream.partial_rollout(self) else None
                 _tag(experiences, oldest, newest)
                 if requeued is not None:  # regenerated prompts were counted when first drawn
@@ -179,9 +180,9 @@ def lag_actor_classes() -> SimpleNamespace:
                 _prompt_groups(rollout_samples, n)  # raises unless whole groups
                 requeue = []
                 for start in range(0, len(rollout_samples), n):
-                    if any(over[start:start + n]):
-                        over[start:start + n] = [True] * n
-                        group_tokens = sum(tokens[start:start + n])
+                    if any(over[start : start + n]):
+                        over[start : start + n] = [True] * n
+                        group_tokens = sum(tokens[start : start + n])
                         if cfg.over_bound == "drop":
                             self.lag_metrics.record_dropped(n, group_tokens)
                         else:
@@ -274,8 +275,10 @@ def lag_ppo_trainer_async():
                 return
             classes = lag_actor_classes()
             self.lag_clock = classes.clock.remote(cfg.mode, cfg.sync_every, cfg.prefetch)
-            lag_classes = {"GenerateSamplesActor": _WithKwargs(classes.generator, lag_clock=self.lag_clock),
-                           "TrainingActor": _WithKwargs(classes.trainer, lag_clock=self.lag_clock)}
+            lag_classes = {
+                "GenerateSamplesActor": _WithKwargs(classes.generator, lag_clock=self.lag_clock),
+                "TrainingActor": _WithKwargs(classes.trainer, lag_clock=self.lag_clock),
+            }
             with _upstream.actor_classes_bound(base.__init__, lag_classes):
                 super().__init__(pretrain, strategy, *args, **kwargs)
 
