@@ -183,7 +183,7 @@ def fresh_process_checks() -> list[Check]:
 
 def _private_check(framework: str, result: dict) -> Check:
     """The private upstream members listed in sat_ext/<framework>/_upstream.py: present in the installed version?"""
-    name = f"{framework} private members sat_ext uses (sat_ext/{framework}/_upstream.py)"
+    name = f"{framework} private members (sat_ext/{framework}/_upstream.py)"
     if not result["ok"]:
         fix = f"install the pinned {framework} (pip install -e '.[{framework}]')"
         return Check(name, "FAIL", str(result["detail"]), fix)
