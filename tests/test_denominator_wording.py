@@ -20,13 +20,17 @@ def _paragraphs(text: str):
 def _claims(paragraph: str):
     text = " ".join(paragraph.split())
     for m in PAPERS_SETTING.finditer(text):
-        window = text[max(0, m.start() - NEAR):m.end() + NEAR]
+        window = text[max(0, m.start() - NEAR) : m.end() + NEAR]
         if ROLLOUT.search(window):
             yield window
 
 
 def test_the_rollout_denominator_is_never_called_the_papers_setting():
     files = [*ROOT.joinpath("sat_ext").rglob("*.py"), *ROOT.joinpath("docs").glob("*.md"), ROOT / "README.md"]
-    bad = [f"{path.relative_to(ROOT)}: ...{claim}..." for path in files
-           for p in _paragraphs(path.read_text()) for claim in _claims(p)]
+    bad = [
+        f"{path.relative_to(ROOT)}: ...{claim}..."
+        for path in files
+        for p in _paragraphs(path.read_text())
+        for claim in _claims(p)
+    ]
     assert not bad, "\n".join(bad)

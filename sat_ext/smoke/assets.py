@@ -55,18 +55,29 @@ def write_model(folder: Path, shape: TinyModel = TinyModel()) -> Path:
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(TOKEN), behavior="isolated")
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>", bos_token=None, unk_token="<pad>",
+        tokenizer_object=core,
+        pad_token="<pad>",
+        eos_token="<|im_end|>",
+        bos_token=None,
+        unk_token="<pad>",
         additional_special_tokens=["<|im_start|>"],
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(folder)
 
     config = Qwen3Config(
-        vocab_size=len(vocab), hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_hidden_layers, num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads, head_dim=shape.head_dim,
-        max_position_embeddings=shape.max_position_embeddings, tie_word_embeddings=False,
-        pad_token_id=vocab["<pad>"], eos_token_id=vocab["<|im_end|>"], bos_token_id=vocab["<|im_start|>"],
+        vocab_size=len(vocab),
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim,
+        max_position_embeddings=shape.max_position_embeddings,
+        tie_word_embeddings=False,
+        pad_token_id=vocab["<pad>"],
+        eos_token_id=vocab["<|im_end|>"],
+        bos_token_id=vocab["<|im_start|>"],
         torch_dtype="float32",
     )
     torch.manual_seed(shape.seed)
@@ -109,8 +120,14 @@ def write_data(path: Path, rows: list[dict]) -> Path:
 def openrlhf_rows(count: int, seed: int = 0) -> list[dict]:
     """The prompts of :func:`prompt_rows` in OpenRLHF's layout (``--data.input_key prompt --data.label_key label``;
     ``datasource`` names the eval metrics)."""
-    return [{"prompt": row["prompt"][0]["content"], "label": row["reward_model"]["ground_truth"],
-             "datasource": row["data_source"]} for row in prompt_rows(count, seed)]
+    return [
+        {
+            "prompt": row["prompt"][0]["content"],
+            "label": row["reward_model"]["ground_truth"],
+            "datasource": row["data_source"],
+        }
+        for row in prompt_rows(count, seed)
+    ]
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -128,7 +145,7 @@ def response_text(decoded: str) -> str:
     start = decoded.rfind(marker)
     if start < 0:
         return ""
-    rest, tokens, i = decoded[start + len(marker) + 1:], [], 0
+    rest, tokens, i = decoded[start + len(marker) + 1 :], [], 0
     pattern = re.compile(TOKEN, flags=re.S)
     while i < len(rest):
         token = pattern.match(rest, i).group()

@@ -51,8 +51,12 @@ def check_weight_sync(records: list[Record], key: str = VERL_SYNC_KEY) -> CheckR
         return CheckResult("weight sync", None, f"{key} not logged (bypass mode: the denominator is the engine's)")
     bad = [(s, v) for s, v in values if not v <= SYNC_TOLERANCE]
     worst = max(v for _, v in values)
-    return CheckResult("weight sync", not bad, f"{key} <= {SYNC_TOLERANCE} on {len(values) - len(bad)}/{len(values)} "
-                       f"steps (max {worst:.2g})" + (f"; over on {bad[:3]}" if bad else ""))
+    return CheckResult(
+        "weight sync",
+        not bad,
+        f"{key} <= {SYNC_TOLERANCE} on {len(values) - len(bad)}/{len(values)} "
+        f"steps (max {worst:.2g})" + (f"; over on {bad[:3]}" if bad else ""),
+    )
 
 
 def check_kept_weights(records: list[Record]) -> CheckResult:
@@ -71,16 +75,28 @@ def check_kept_weights(records: list[Record]) -> CheckResult:
         if not v.get("actor/sat/d_pi", 0.0) > 0.0:
             bad.append(f"step {r.step}: actor/sat/d_pi = {v.get('actor/sat/d_pi')}")
     d_pi = [r.values.get("actor/sat/d_pi", math.nan) for r in steady]
-    return CheckResult("kept weights", not bad, "; ".join(bad[:3]) if bad else (
-        f"{len(steady)} lagged steps: every batch on restored kept weights, none identical to the live ones, "
-        f"d_pi {min(d_pi):.3g}..{max(d_pi):.3g}"))
+    return CheckResult(
+        "kept weights",
+        not bad,
+        "; ".join(bad[:3])
+        if bad
+        else (
+            f"{len(steady)} lagged steps: every batch on restored kept weights, none identical to the live ones, "
+            f"d_pi {min(d_pi):.3g}..{max(d_pi):.3g}"
+        ),
+    )
 
 
 def check_bound(records: list[Record], max_lag: int) -> CheckResult:
     lags = [r.values.get("lag/max", math.nan) for r in records]
     bad = [(r.step, v) for r, v in zip(records, lags) if not v <= max_lag]
-    return CheckResult("bound", not bad, f"lag/max <= {max_lag} on every step (max {max(lags):g})" if not bad
-                       else f"lag/max over {max_lag} (or missing) at {bad[:3]}")
+    return CheckResult(
+        "bound",
+        not bad,
+        f"lag/max <= {max_lag} on every step (max {max(lags):g})"
+        if not bad
+        else f"lag/max over {max_lag} (or missing) at {bad[:3]}",
+    )
 
 
 def check_drops(records: list[Record], forced: bool, failed_key: str | None = VERL_FAILED_KEY) -> CheckResult:
@@ -88,13 +104,19 @@ def check_drops(records: list[Record], forced: bool, failed_key: str | None = VE
     dropped = max((r.values.get("lag/dropped_total", 0.0) for r in records), default=0.0)
     if failed_key is None:
         detail = f"lag/dropped_total {dropped:g}"
-        return CheckResult("drops", dropped >= 1 if forced else dropped == 0,
-                           detail + (" (want >= 1: the stale leftovers over the bound)" if forced else " (want no drop)"))
+        return CheckResult(
+            "drops",
+            dropped >= 1 if forced else dropped == 0,
+            detail + (" (want >= 1: the stale leftovers over the bound)" if forced else " (want no drop)"),
+        )
     failed = sum(r.values.get(failed_key, 0.0) for r in records)
     detail = f"lag/dropped_total {dropped:g}, {failed_key} {failed:g}"
     if forced:
-        return CheckResult("drops", dropped >= 1 and failed >= 1,
-                           detail + " (want >= 1 each: the straggler over the bound and the failed group)")
+        return CheckResult(
+            "drops",
+            dropped >= 1 and failed >= 1,
+            detail + " (want >= 1 each: the straggler over the bound and the failed group)",
+        )
     return CheckResult("drops", dropped == 0, detail + " (want no drop)")
 
 
@@ -112,5 +134,12 @@ def check_tags(records: list[Record], interval: int, prefetch: int) -> CheckResu
         if v.get("lag/consumed") != v.get("rollout/num_samples"):
             bad.append(f"step {r.step}: lag/consumed {v.get('lag/consumed')} of {v.get('rollout/num_samples')} samples")
     versions = [int(r.values["policy_version"]) for r in records if "policy_version" in r.values]
-    return CheckResult("tags", not bad, "; ".join(bad[:3]) if bad else (
-        f"every sample tagged, per-step versions {versions} as scheduled (interval {interval}, prefetch {prefetch})"))
+    return CheckResult(
+        "tags",
+        not bad,
+        "; ".join(bad[:3])
+        if bad
+        else (
+            f"every sample tagged, per-step versions {versions} as scheduled (interval {interval}, prefetch {prefetch})"
+        ),
+    )

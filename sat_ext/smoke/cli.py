@@ -38,13 +38,20 @@ RESULT = {True: "PASS", False: "FAIL", None: "SKIP"}
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sat-ext smoke", description=__doc__.split("\n\n")[0])
     p.add_argument("framework", choices=tuple(FRAMEWORKS))
-    p.add_argument("--variants", default=None,
-                   help="comma-separated variant names (default: the framework's default set; docs/verl.md, "
-                        "docs/openrlhf.md; an unknown name lists them all)")
+    p.add_argument(
+        "--variants",
+        default=None,
+        help="comma-separated variant names (default: the framework's default set; docs/verl.md, "
+        "docs/openrlhf.md; an unknown name lists them all)",
+    )
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="global steps per variant (default %(default)s)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: a new temporary folder)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="auto: the GPU where CUDA is available, else the CPU setup")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto: the GPU where CUDA is available, else the CPU setup",
+    )
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per variant before it is killed")
     return p
 
@@ -75,8 +82,9 @@ def _versions(distributions: tuple[str, ...]) -> dict[str, str | None]:
     return out
 
 
-def run_variant(framework: ModuleType, variant, model: Path, out: Path, steps: int, device: str, timeout_s: float,
-                scratch: Path) -> dict:
+def run_variant(
+    framework: ModuleType, variant, model: Path, out: Path, steps: int, device: str, timeout_s: float, scratch: Path
+) -> dict:
     """Run and check one variant; writes its folder under ``out`` and returns its summary entry."""
     folder = out / variant.name
     (folder / "inputs").mkdir(parents=True, exist_ok=True)
@@ -94,8 +102,12 @@ def run_variant(framework: ModuleType, variant, model: Path, out: Path, steps: i
     (folder / "checks.txt").write_text(table + "\n")
     passed = all(r.passed is not False for r in rows)
     print(f"[smoke] {variant.name}: {'PASS' if passed else 'FAIL'} in {result.seconds:.0f} s\n{table}\n", flush=True)
-    return {"passed": passed, "seconds": round(result.seconds, 1), "returncode": result.returncode,
-            "checks": [{"name": r.name, "result": RESULT[r.passed], "detail": r.detail} for r in rows]}
+    return {
+        "passed": passed,
+        "seconds": round(result.seconds, 1),
+        "returncode": result.returncode,
+        "checks": [{"name": r.name, "result": RESULT[r.passed], "detail": r.detail} for r in rows],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,16 +122,24 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     model = write_model(out / "model")
-    summary = {"framework": args.framework, "device": device, "steps": args.steps,
-               "versions": _versions(framework.DISTRIBUTIONS), "variants": {}}
+    summary = {
+        "framework": args.framework,
+        "device": device,
+        "steps": args.steps,
+        "versions": _versions(framework.DISTRIBUTIONS),
+        "variants": {},
+    }
     with tempfile.TemporaryDirectory(prefix="sat_ext_smoke_scratch_") as scratch:
         for variant in variants:
-            summary["variants"][variant.name] = run_variant(framework, variant, model, out, args.steps, device,
-                                                            args.timeout, Path(scratch))
+            summary["variants"][variant.name] = run_variant(
+                framework, variant, model, out, args.steps, device, args.timeout, Path(scratch)
+            )
     summary["passed"] = all(v["passed"] for v in summary["variants"].values())
     summary["seconds"] = round(time.monotonic() - start, 1)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     word = "passed" if summary["passed"] else "FAILED"
-    print(f"[smoke] {word}: {sum(v['passed'] for v in summary['variants'].values())}/{len(variants)} variants "
-          f"in {summary['seconds']:.0f} s; summary in {out / 'summary.json'}")
+    print(
+        f"[smoke] {word}: {sum(v['passed'] for v in summary['variants'].values())}/{len(variants)} variants "
+        f"in {summary['seconds']:.0f} s; summary in {out / 'summary.json'}"
+    )
     return 0 if summary["passed"] else 1

@@ -6,12 +6,14 @@ Every variant trains a tiny random Qwen3 (:mod:`sat_ext.smoke.assets`) with GRPO
 ratio against vLLM's rollout log-probs (``--algo.advantage.is_correction_level token``; App. E.6's
 denominator, the only one OpenRLHF has):
 
-| variant | loss | entry point | trainer |
-|---|---|---|---|
-| ``sync-sat`` | sat | plain ``python -m openrlhf.cli.train_ppo_ray`` on a copy of OpenRLHF with patches/openrlhf-0.11.2-policy-loss-registry.diff applied (first on that run's ``PYTHONPATH``; the installed package is not touched), SAT from sat_ext's entry point, its option in ``--actor.policy_loss_kwargs`` | synchronous |
-| ``sync-sat_gspo`` | sat_gspo, ``--sat.gate_scope global`` on 2 DeepSpeed ranks | ``python -m sat_ext.openrlhf.train_ppo_ray`` | synchronous |
-| ``interval2`` | sat | the launcher, ``--lag.mode interval --lag.interval 2 --lag.prefetch 1`` | asynchronous |
-| ``bounded1-drop`` | sat | the launcher, ``--lag.mode bounded --lag.max_lag 1 --lag.over_bound drop``, oversampling | asynchronous |
+- ``sync-sat`` (sat, synchronous): plain ``python -m openrlhf.cli.train_ppo_ray`` on a copy of OpenRLHF with
+  patches/openrlhf-0.11.2-policy-loss-registry.diff applied (first on that run's ``PYTHONPATH``; the installed
+  package is not touched), SAT from sat_ext's entry point, its option in ``--actor.policy_loss_kwargs``;
+- ``sync-sat_gspo`` (sat_gspo, synchronous): ``--sat.gate_scope global`` on 2 DeepSpeed ranks, through
+  ``python -m sat_ext.openrlhf.train_ppo_ray``;
+- ``interval2`` (sat, asynchronous): the launcher, ``--lag.mode interval --lag.interval 2 --lag.prefetch 1``;
+- ``bounded1-drop`` (sat, asynchronous): the launcher, ``--lag.mode bounded --lag.max_lag 1 --lag.over_bound
+  drop``, oversampling.
 
 ``bounded1-drop`` forces drops with OpenRLHF's own oversampling: vLLM generates one prompt more per call than a
 step takes (``--rollout.vllm_generate_batch_size`` = ``--rollout.batch_size`` + 1), and the leftovers wait in
@@ -93,8 +95,9 @@ def patched_openrlhf(scratch: Path) -> Path:
     root = scratch / "openrlhf_patched"
     if root.exists():
         return root
-    shutil.copytree(next(iter(spec.submodule_search_locations)), root / "openrlhf",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        next(iter(spec.submodule_search_locations)), root / "openrlhf", ignore=shutil.ignore_patterns("__pycache__")
+    )
     patch = importlib.resources.files("sat_ext.patches") / PATCH
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(scratch)}  # never a repository around the copy
     proc = subprocess.run(["git", "apply", str(patch)], cwd=root, capture_output=True, text=True, env=env)
@@ -107,24 +110,75 @@ def _flags(variant: Variant, folder: Path, model: Path, data: Path, steps: int) 
     samples = variant.batch(steps) * GROUP
     train_batch = GROUP if variant.forced_drops else samples  # one optimizer step per trainer step
     out = [
-        "--actor.model_name_or_path", str(model),
-        "--actor.num_nodes", "1", "--actor.num_gpus_per_node", str(variant.ranks),
-        "--vllm.num_engines", "1", "--vllm.tensor_parallel_size", "1", "--vllm.gpu_memory_utilization", "0.3",
-        "--data.prompt_dataset", str(data), "--data.input_key", "prompt", "--data.label_key", "label",
+        "--actor.model_name_or_path",
+        str(model),
+        "--actor.num_nodes",
+        "1",
+        "--actor.num_gpus_per_node",
+        str(variant.ranks),
+        "--vllm.num_engines",
+        "1",
+        "--vllm.tensor_parallel_size",
+        "1",
+        "--vllm.gpu_memory_utilization",
+        "0.3",
+        "--data.prompt_dataset",
+        str(data),
+        "--data.input_key",
+        "prompt",
+        "--data.label_key",
+        "label",
         "--data.apply_chat_template",
-        "--reward.remote_url", str(Path(__file__).with_name("reward.py")),
-        "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
-        "--rollout.batch_size", str(variant.batch(steps)), "--rollout.n_samples_per_prompt", str(GROUP),
-        "--rollout.micro_batch_size", str(samples // variant.ranks), "--rollout.max_new_tokens", str(RESPONSE_LEN),
-        "--data.max_len", str(MAX_LEN), "--rollout.temperature", "1.0", "--rollout.top_p", "1.0",
-        "--train.batch_size", str(train_batch), "--train.micro_batch_size", str(train_batch // variant.ranks),
-        "--train.max_epochs", "1", "--train.num_episodes", "1",
+        "--reward.remote_url",
+        str(Path(__file__).with_name("reward.py")),
+        "--algo.advantage.estimator",
+        "group_norm",
+        "--algo.kl.init_coef",
+        "0",
+        "--rollout.batch_size",
+        str(variant.batch(steps)),
+        "--rollout.n_samples_per_prompt",
+        str(GROUP),
+        "--rollout.micro_batch_size",
+        str(samples // variant.ranks),
+        "--rollout.max_new_tokens",
+        str(RESPONSE_LEN),
+        "--data.max_len",
+        str(MAX_LEN),
+        "--rollout.temperature",
+        "1.0",
+        "--rollout.top_p",
+        "1.0",
+        "--train.batch_size",
+        str(train_batch),
+        "--train.micro_batch_size",
+        str(train_batch // variant.ranks),
+        "--train.max_epochs",
+        "1",
+        "--train.num_episodes",
+        "1",
         # large for a real model; a tiny one must move in a few steps. Constant: staleness stays visible
-        "--actor.adam.lr", "1e-3", "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
-        "--actor.policy_loss_type", variant.loss, "--actor.eps_clip_low_high", "0.2", "0.2",
-        "--algo.advantage.is_correction_level", "token",
-        "--ckpt.path", str(folder / "ckpt"), "--ckpt.output_dir", str(folder / "final_model"),
-        "--logger.tensorboard_dir", str(folder / TENSORBOARD), "--logger.wandb.run_name", variant.name,
+        "--actor.adam.lr",
+        "1e-3",
+        "--actor.lr_scheduler",
+        "constant",
+        "--actor.lr_warmup_ratio",
+        "0",
+        "--actor.policy_loss_type",
+        variant.loss,
+        "--actor.eps_clip_low_high",
+        "0.2",
+        "0.2",
+        "--algo.advantage.is_correction_level",
+        "token",
+        "--ckpt.path",
+        str(folder / "ckpt"),
+        "--ckpt.output_dir",
+        str(folder / "final_model"),
+        "--logger.tensorboard_dir",
+        str(folder / TENSORBOARD),
+        "--logger.wandb.run_name",
+        variant.name,
     ]
     if variant.patched_cli:
         out += ["--actor.policy_loss_kwargs", json.dumps(SAT_KWARGS)]
@@ -143,10 +197,16 @@ def prepare(variant: Variant, folder: Path, model: Path, steps: int, device: str
     data = write_jsonl(folder / "inputs" / "train.jsonl", openrlhf_rows(steps * variant.batch(steps), seed=0))
     shutil.rmtree(folder / TENSORBOARD, ignore_errors=True)  # a rerun into the same folder starts a new log
     (folder / "metrics.jsonl").unlink(missing_ok=True)
-    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(scratch / "hf_datasets"),
-           "TOKENIZERS_PARALLELISM": "false", "RAY_ADDRESS": "local"}  # a private Ray instance
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(scratch / "hf_datasets"),
+        "TOKENIZERS_PARALLELISM": "false",
+        "RAY_ADDRESS": "local",
+    }  # a private Ray instance
     path = [str(patched_openrlhf(scratch))] if variant.patched_cli else []
-    argv = [sys.executable, "-m", CLI if variant.patched_cli else LAUNCHER, *_flags(variant, folder, model, data, steps)]
+    entry = CLI if variant.patched_cli else LAUNCHER
+    argv = [sys.executable, "-m", entry, *_flags(variant, folder, model, data, steps)]
     if device == "cpu":
         from sat_ext.openrlhf.cpu import CPU_FLAGS, SITE, cpu_environment
 
@@ -172,17 +232,28 @@ def expectation(variant: Variant) -> Expectation:
     """What :func:`sat_ext.runlog.check_run` should expect of ``variant``'s log."""
     lag = variant.lag or {}
     interval = lag.get("interval") if lag.get("mode") == "interval" else None
-    return Expectation(sat=True, sequence_gate=variant.loss == "sat_gspo", rollout_denominator=True,
-                       interval=interval, prefetch=lag.get("prefetch", 1), names=OPENRLHF_NAMES, steps_per_record=1)
+    return Expectation(
+        sat=True,
+        sequence_gate=variant.loss == "sat_gspo",
+        rollout_denominator=True,
+        interval=interval,
+        prefetch=lag.get("prefetch", 1),
+        names=OPENRLHF_NAMES,
+        steps_per_record=1,
+    )
 
 
 def check_registry_patch(console: str) -> CheckResult:
     """The plain CLI parsed ``--actor.policy_loss_kwargs`` into a dict (OpenRLHF prints its final arguments)."""
     want = f"policy_loss_kwargs={SAT_KWARGS!r}"
-    return CheckResult("registry patch", want in console,
-                       f"plain {CLI} on the patched copy: {want} in OpenRLHF's printed arguments; sat selected "
-                       "through the registry (unpatched OpenRLHF refuses the name)" if want in console
-                       else f"{want} not in OpenRLHF's printed arguments (console.log)")
+    return CheckResult(
+        "registry patch",
+        want in console,
+        f"plain {CLI} on the patched copy: {want} in OpenRLHF's printed arguments; sat selected "
+        "through the registry (unpatched OpenRLHF refuses the name)"
+        if want in console
+        else f"{want} not in OpenRLHF's printed arguments (console.log)",
+    )
 
 
 def variant_checks(variant: Variant, folder: Path, records: list[Record], steps: int) -> list[CheckResult]:

@@ -31,7 +31,7 @@ def read_scalars(folder: Path) -> dict[int, dict[str, float]]:
             for value in event.summary.value:
                 if value.metadata.plugin_data.plugin_name != "scalars" or not value.tag.startswith(PREFIX):
                     continue
-                name, data = value.tag[len(PREFIX):], steps.setdefault(event.step, {})
+                name, data = value.tag[len(PREFIX) :], steps.setdefault(event.step, {})
                 if name in data:
                     raise RunLogError(f"{path}: {name} logged twice at step {event.step}")
                 data[name] = float(str(np.float32(tensor_util.make_ndarray(value.tensor).item())))

@@ -68,8 +68,13 @@ VARIANTS: dict[str, Variant] = {
         # not run by default: the paper's lag 8, and a bound the rollout can run ahead to
         Variant("interval8", "sat", {"mode": "interval", "interval": 8, "prefetch": 1}, "checkpoint"),
         Variant("bounded4-wait", "sat", {"mode": "bounded", "max_lag": 4, "over_bound": "wait"}),
-        Variant("interval2-spill", "sat", {"mode": "interval", "interval": 2, "prefetch": 1}, "checkpoint",
-                spill_kept_weights=True),
+        Variant(
+            "interval2-spill",
+            "sat",
+            {"mode": "interval", "interval": 2, "prefetch": 1},
+            "checkpoint",
+            spill_kept_weights=True,
+        ),
     )
 }
 DEFAULT = ("sync-sat", "sync-sat_gspo", "interval1", "interval2", "bounded1-wait", "bounded1-drop")
@@ -149,8 +154,12 @@ def _common(paths: Paths, steps: int) -> list[str]:
 def _lag(variant: Variant, kept_weights: Path | None) -> list[str]:
     if variant.lag is None:
         return ["algorithm.rollout_correction.bypass_mode=true"] if variant.denominator == "rollout" else []
-    out = verl_overrides(variant.lag, train_batch_size=BATCH, denominator=variant.denominator,
-                         kept_weights_dir=str(kept_weights) if variant.spill_kept_weights else None)
+    out = verl_overrides(
+        variant.lag,
+        train_batch_size=BATCH,
+        denominator=variant.denominator,
+        kept_weights_dir=str(kept_weights) if variant.spill_kept_weights else None,
+    )
     return out + ["actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1"]
 
 
@@ -207,8 +216,12 @@ def prepare(variant: Variant, folder: Path, model: Path, steps: int, device: str
         kept_weights=_folder(folder / "kept_weights") if variant.spill_kept_weights else None,
     )
     cmd = command(variant, paths, steps, device)
-    env = {**cmd.env, "VERL_FILE_LOGGER_PATH": str(folder / "metrics.jsonl"), "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **cmd.env,
+        "VERL_FILE_LOGGER_PATH": str(folder / "metrics.jsonl"),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     return Command(cmd.argv, env)
 
 
@@ -222,9 +235,13 @@ def expectation(variant: Variant) -> Expectation:
     """What :func:`sat_ext.runlog.check_run` should expect of ``variant``'s log."""
     lag = variant.lag or {}
     interval = lag.get("interval") if lag.get("mode") == "interval" else None
-    return Expectation(sat=True, sequence_gate=variant.loss == "sat_gspo",
-                       rollout_denominator=variant.denominator == "rollout",
-                       interval=interval, prefetch=lag.get("prefetch", 1))
+    return Expectation(
+        sat=True,
+        sequence_gate=variant.loss == "sat_gspo",
+        rollout_denominator=variant.denominator == "rollout",
+        interval=interval,
+        prefetch=lag.get("prefetch", 1),
+    )
 
 
 def variant_checks(variant: Variant, folder: Path, records: list[Record], steps: int) -> list[CheckResult]:

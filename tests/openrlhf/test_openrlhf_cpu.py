@@ -71,8 +71,9 @@ def test_the_flag_patches_every_listed_symbol_when_its_module_loads():
 
 
 def test_it_refuses_where_cuda_is_available():
-    out = _probe("import torch; torch.cuda.is_available = lambda: True\nimport openrlhf.utils.distributed_util",
-                 flag=True)
+    out = _probe(
+        "import torch; torch.cuda.is_available = lambda: True\nimport openrlhf.utils.distributed_util", flag=True
+    )
     assert out.returncode != 0
     assert f"CUDA is available here: unset {cpu.ENV_FLAG}" in out.stderr
 

@@ -25,8 +25,7 @@ ENTRY_POINTS = {"sat": "sat_ext.openrlhf.loss:SATPolicyLoss", "sat_gspo": "sat_e
 
 
 def _patched_files():
-    return [line[6:].strip() for line in PATCH.read_text().splitlines()
-            if line.startswith("+++ b/openrlhf/")]
+    return [line[6:].strip() for line in PATCH.read_text().splitlines() if line.startswith("+++ b/openrlhf/")]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +46,11 @@ def patched_tree(tmp_path_factory):
 
 
 def test_patch_touches_exactly_the_loss_call_site_and_cli(patched_tree):
-    assert _patched_files() == ["openrlhf/cli/train_ppo_ray.py", "openrlhf/models/loss.py",
-                                "openrlhf/trainer/ray/ppo_actor.py"]
+    assert _patched_files() == [
+        "openrlhf/cli/train_ppo_ray.py",
+        "openrlhf/models/loss.py",
+        "openrlhf/trainer/ray/ppo_actor.py",
+    ]
     assert (patched_tree / "tests" / "test_policy_loss_registry.py").is_file()
     for rel in _patched_files():
         compile((patched_tree / rel).read_text(), rel, "exec")
@@ -110,7 +112,10 @@ _CLI_SCRIPT = textwrap.dedent("""
             "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2",
             "--algo.advantage.is_correction_level", "token", "--actor.num_gpus_per_node", "1"]
     cases = {
-        "sat": ["--actor.policy_loss_type", "sat", "--actor.policy_loss_kwargs", '{"quantile": 0.8, "kernel": "power"}'],
+        "sat": [
+            "--actor.policy_loss_type", "sat",
+            "--actor.policy_loss_kwargs", '{"quantile": 0.8, "kernel": "power"}',
+        ],
         "ppo": ["--actor.policy_loss_type", "ppo"],
         "not_an_object": ["--actor.policy_loss_type", "ppo", "--actor.policy_loss_kwargs", "[0.8]"],
         "bad_sat_option": ["--actor.policy_loss_type", "sat", "--actor.policy_loss_kwargs", '{"quantile": 1.5}'],
@@ -138,13 +143,22 @@ def test_patched_cli_parses_policy_loss_kwargs_into_a_dict(patched_tree):
     """Through the patched parser and OpenRLHF's ``hierarchize`` (which turns dict values into namespaces): the
     kwargs stay a dict, a SAT loss and plain ``ppo`` both build from them, and bad JSON is refused."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(patched_tree), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", _CLI_SCRIPT, str(Path(__file__).parent)], env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CLI_SCRIPT, str(Path(__file__).parent)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
-    out = json.loads(lines[-1][len("RESULT "):])
-    assert out["sat"] == {"kwargs": {"quantile": 0.8, "kernel": "power"}, "type": "dict", "loss": "SATPolicyLoss",
-                          "quantile": 0.8}
+    out = json.loads(lines[-1][len("RESULT ") :])
+    assert out["sat"] == {
+        "kwargs": {"quantile": 0.8, "kernel": "power"},
+        "type": "dict",
+        "loss": "SATPolicyLoss",
+        "quantile": 0.8,
+    }
     assert out["ppo"] == {"kwargs": {}, "type": "dict", "loss": "PolicyLoss", "quantile": None}
     assert out["not_an_object"] == {"exit": 2} and out["bad_sat_option"] == {"exit": 2}
     assert "--actor.policy_loss_kwargs: expected a JSON object, got '[0.8]'" in proc.stderr
@@ -152,8 +166,9 @@ def test_patched_cli_parses_policy_loss_kwargs_into_a_dict(patched_tree):
 
 
 def test_installed_sat_ext_declares_the_same_entry_points():
-    declared = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=GROUP)
-                if ep.value.startswith("sat_ext.")}
+    declared = {
+        ep.name: ep.value for ep in importlib.metadata.entry_points(group=GROUP) if ep.value.startswith("sat_ext.")
+    }
     if not declared:
         pytest.skip("sat-ext's pyproject.toml does not declare the openrlhf.policy_losses entry points yet")
     assert declared == ENTRY_POINTS

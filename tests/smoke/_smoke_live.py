@@ -12,9 +12,26 @@ from pathlib import Path
 def run_smoke(framework: str, variants: list[str], steps: int, out: Path):
     """``python -m sat_ext.cli smoke <framework> --variants ... --steps ... --out out --device cpu``: (the
     finished process, the summary or None)."""
-    proc = subprocess.run([sys.executable, "-m", "sat_ext.cli", "smoke", framework, "--variants", ",".join(variants),
-                           "--steps", str(steps), "--out", str(out), "--device", "cpu"],
-                          capture_output=True, text=True, timeout=2400)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sat_ext.cli",
+            "smoke",
+            framework,
+            "--variants",
+            ",".join(variants),
+            "--steps",
+            str(steps),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else None
     return proc, summary
 

@@ -58,11 +58,16 @@ def _parse(cases: dict[str, list[str]], pythonpath: str | None = None) -> dict:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, os.environ.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-c", PARSE, str(STUBS), json.dumps(cases)], capture_output=True,
-                          text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", PARSE, str(STUBS), json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def _argv(cmd) -> list[str]:
@@ -112,16 +117,19 @@ def test_bounded1_drop_oversamples_one_prompt_and_keeps_every_step_non_empty():
 def test_openrlhfs_tensorboard_logger_becomes_metrics_jsonl(tmp_path):
     from openrlhf.utils.logging_utils import TensorboardLogger
 
-    args = SimpleNamespace(logger=SimpleNamespace(tensorboard_dir=str(tmp_path / "tb"),
-                                                  wandb=SimpleNamespace(run_name="run")))
+    args = SimpleNamespace(
+        logger=SimpleNamespace(tensorboard_dir=str(tmp_path / "tb"), wandb=SimpleNamespace(run_name="run"))
+    )
     logger = TensorboardLogger(args)
     logger.log_train(1, {"policy_loss": 0.25, "sat_gate_rate": 0.1, "lag/max": 1.0, "generated_samples": ["x", 0.5]})
     logger.log_train(2, {"policy_loss": float("nan"), "sat_gate_rate": 0.001, "lag/max": 2.0})
     logger.close()
     assert write_metrics(tmp_path / "tb", tmp_path / "metrics.jsonl") == 2
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert lines == [{"step": 1, "data": {"lag/max": 1.0, "policy_loss": 0.25, "sat_gate_rate": 0.1}},
-                     {"step": 2, "data": {"lag/max": 2.0, "policy_loss": None, "sat_gate_rate": 0.001}}]
+    assert lines == [
+        {"step": 1, "data": {"lag/max": 1.0, "policy_loss": 0.25, "sat_gate_rate": 0.1}},
+        {"step": 2, "data": {"lag/max": 2.0, "policy_loss": None, "sat_gate_rate": 0.001}},
+    ]
     logger = TensorboardLogger(args)  # a second run into the same folder: step 1 again
     logger.log_train(1, {"policy_loss": 0.5})
     logger.close()
@@ -149,8 +157,10 @@ def _r(step, **values):
 
 
 def test_the_openrlhf_checks_fail_where_they_should():
-    good = [_r(s, policy_version=float(max(0, s - 2) // 2), lag__consumed=16.0, rollout__num_samples=16.0)
-            for s in (1, 2, 3, 4)]
+    good = [
+        _r(s, policy_version=float(max(0, s - 2) // 2), lag__consumed=16.0, rollout__num_samples=16.0)
+        for s in (1, 2, 3, 4)
+    ]
     assert checks.check_tags(good, 2, 1).passed is True
     assert checks.check_tags(good, 2, 0).passed is False  # without prefetch step 3's batch is version 1's
     partial = good[:3] + [_r(4, policy_version=1.0, lag__consumed=8.0, rollout__num_samples=16.0)]
@@ -161,8 +171,18 @@ def test_the_openrlhf_checks_fail_where_they_should():
 
 
 def test_run_checks_read_openrlhfs_names():
-    steps = [_r(s, policy_loss=-0.1, actor_grad_norm=0.5, sat_active=1.0, sat_gate_rate=0.097, sat_d_pi=0.002,
-                sat_nonfinite_frac=0.0) for s in (1, 2)]
+    steps = [
+        _r(
+            s,
+            policy_loss=-0.1,
+            actor_grad_norm=0.5,
+            sat_active=1.0,
+            sat_gate_rate=0.097,
+            sat_d_pi=0.002,
+            sat_nonfinite_frac=0.0,
+        )
+        for s in (1, 2)
+    ]
     exp = Expectation(sat=True, rollout_denominator=True, names=OPENRLHF_NAMES, steps_per_record=1)
     assert all(r.passed is not False for r in check_run(steps, exp))
     assert "eval count" not in {r.name for r in check_run(steps, exp)}  # verl's val-core/ keys: not OpenRLHF's log
@@ -181,8 +201,10 @@ def test_a_relative_out_folder_reaches_the_run_as_absolute_paths(tmp_path, monke
     seen = []
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(cli, "write_model", lambda folder: folder)
-    monkeypatch.setattr(cli, "run", lambda argv, env, log, timeout_s, cwd: seen.append((argv, cwd)) or RunResult(1, 0.0))
+    monkeypatch.setattr(
+        cli, "run", lambda argv, env, log, timeout_s, cwd: seen.append((argv, cwd)) or RunResult(1, 0.0)
+    )
     assert cli.main(["openrlhf", "--variants", "interval2", "--out", "smoke_out", "--device", "cpu"]) == 1
-    (argv, cwd), = seen
+    ((argv, cwd),) = seen
     model = Path(argv[argv.index("--actor.model_name_or_path") + 1])
     assert cwd == tmp_path / "smoke_out" / "interval2" and model == tmp_path / "smoke_out" / "model"

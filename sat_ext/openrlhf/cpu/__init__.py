@@ -33,8 +33,10 @@ RAY_CPU_SLOTS = 16
 #: OpenRLHF flags the CPU run needs (all public)
 CPU_FLAGS = (
     "--vllm.enforce_eager",  # no CUDA graphs
-    "--ds.attn_implementation", "sdpa",  # flash_attention_2 by default
-    "--ds.zero_stage", "0",
+    "--ds.attn_implementation",
+    "sdpa",  # flash_attention_2 by default
+    "--ds.zero_stage",
+    "0",
 )
 
 _active = False
@@ -62,8 +64,10 @@ def _refuse_cuda() -> None:
     import torch
 
     if torch.cuda.is_available():
-        raise RuntimeError(f"{ENV_FLAG}=1 asks for OpenRLHF's CPU setup, but CUDA is available here: unset {ENV_FLAG} "
-                           "(the CPU setup never runs on a GPU machine)")
+        raise RuntimeError(
+            f"{ENV_FLAG}=1 asks for OpenRLHF's CPU setup, but CUDA is available here: unset {ENV_FLAG} "
+            "(the CPU setup never runs on a GPU machine)"
+        )
 
 
 def activate() -> None:

