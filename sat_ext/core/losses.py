@@ -343,16 +343,17 @@ def sat_gspo_loss(
         else:
             seq_ref = seq_log_ratio if x.ref_raw is None else (x.ref_raw * act).sum(dim=-1, keepdim=True) / seq_len
             score = seq_ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            has_tokens = torch.gt(n_seq, _ZERO).float()
-            abs_active = score.abs().mul_(has_tokens)
+            abs_active = score.abs()  # 0 for a response without active tokens (a sum over none, over 1)
             if cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
                 if cfg.gate_scope == "micro" and act.numel() <= TOPK_MAX_NUMEL:  # fewer ops: the token quantile
                     q = quantile_of_zeroed(torch.mul(abs_active, act).view(-1), n_active, cfg.quantile,
                                            cfg.quantile_rule)
                 else:  # less work: one score per response, counted n_i times (the same value)
-                    q = _threshold(abs_active, has_tokens, n_active, cfg, group, counts=n_seq.long())
+                    q = _threshold(abs_active, torch.gt(n_seq, _ZERO).float(), n_active, cfg, group,
+                                   counts=n_seq.long())
                 gate_weights, token_mask, n_scope = n_seq, act, n_active
             else:  # "sequence": one score per response, quantile over responses
+                has_tokens = torch.gt(n_seq, _ZERO).float()
                 n_scope = has_tokens.sum()
                 q = _threshold(abs_active, has_tokens, n_scope, cfg, group)
         g = gate(score, abs_active, q, cfg)
