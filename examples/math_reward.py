@@ -68,7 +68,7 @@ _LATEX_DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed")
 
 def response_tail(response: str) -> str:
     """The response's last ``TAIL_CHARS`` characters, without special tokens."""
-    return _SPECIAL.sub("", response[-4 * TAIL_CHARS:])[-TAIL_CHARS:]
+    return _SPECIAL.sub("", response[-4 * TAIL_CHARS :])[-TAIL_CHARS:]
 
 
 def answer_candidates(response: str) -> list[str]:
@@ -91,8 +91,9 @@ def _parse_gold(answer: str) -> list:
     text = answer.strip()
     if _LATEX_DELIMITED.search(text):
         return parse(text, [LatexExtractionConfig(), ExprExtractionConfig()], parsing_timeout=None)
-    return (parse(f"\\boxed{{{text}}}", [LatexExtractionConfig()], parsing_timeout=None)
-            or parse(text, [ExprExtractionConfig()], parsing_timeout=None))
+    return parse(f"\\boxed{{{text}}}", [LatexExtractionConfig()], parsing_timeout=None) or parse(
+        text, [ExprExtractionConfig()], parsing_timeout=None
+    )
 
 
 def _parse_prediction(response: str) -> list:
@@ -171,7 +172,11 @@ class _Worker:
     def __init__(self):
         self.process = subprocess.Popen(
             [sys.executable, "-m", __spec__.name if __spec__ else "sat_ext.examples.math_reward"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8", errors="surrogatepass",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="surrogatepass",
         )
 
     def ask(self, request: list, wait_s: float) -> str | None:
@@ -249,8 +254,9 @@ def _shared_pool() -> VerifierPool:
     with _pool_lock:
         if _pool is None:
             if importlib.util.find_spec("math_verify") is None:
-                raise ImportError("sat_ext.examples.math_reward needs math-verify: pip install 'sat-ext[math]' "
-                                  "(math-verify==0.9.0)")
+                raise ImportError(
+                    "sat_ext.examples.math_reward needs math-verify: pip install 'sat-ext[math]' (math-verify==0.9.0)"
+                )
             _pool = VerifierPool(_workers_from_env())
         return _pool
 
@@ -292,8 +298,9 @@ def reference_answers(ground_truth: Any, extra_info: Any = None, where: str = "g
     return answers
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                  **_: Any) -> float:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **_: Any
+) -> float:
     """verl's custom reward function: 1.0 if ``solution_str``'s final answer equals a reference answer, else 0.0."""
     answers = reference_answers(ground_truth, extra_info, where=f"ground_truth of a {data_source!r} row")
     return 1.0 if verdict(str(solution_str), answers) == RIGHT else 0.0
@@ -304,7 +311,7 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **_: 
     so ``eval_<datasource>_pass1`` is the accuracy averaged over the samples."""
     acc = []
     for query, prompt, label in zip(queries, prompts, labels, strict=True):
-        response = query[len(prompt):] if query.startswith(prompt) else query
+        response = query[len(prompt) :] if query.startswith(prompt) else query
         acc.append(1.0 if verdict(response, reference_answers(label, where="label")) == RIGHT else 0.0)
     if len(acc) == 1:
         return {"rewards": acc[0], "scores": acc[0], "extra_logs": {"acc": acc[0]}}

@@ -29,6 +29,10 @@ class ConfigCountDataset(RLHFDataset):
         dropped = row.pop(ROLLOUT_N_COLUMN, None)
         if dropped is not None and not ConfigCountDataset._reported:
             ConfigCountDataset._reported = True
-            _LOG.warning("%s: ignoring the data's %s=%s; the config's rollout.n / rollout.val_kwargs.n decides",
-                         self.data_files, ROLLOUT_N_COLUMN, dropped)
+            _LOG.warning(
+                "%s: ignoring the data's %s=%s; the config's rollout.n / rollout.val_kwargs.n decides",
+                self.data_files,
+                ROLLOUT_N_COLUMN,
+                dropped,
+            )
         return row

@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import Sequence
 
 from sat_ext.example_configs import ExampleError, example_for_project, variant_setting
-from sat_ext.runlog import (ALPHA_TAIL, DEFAULT_GATE_RATE_MIN, VARIANT_RE, Expectation, RunLogError, check_run,
-                            format_table, read_log)
+from sat_ext.runlog import (
+    ALPHA_TAIL,
+    DEFAULT_GATE_RATE_MIN,
+    VARIANT_RE,
+    Expectation,
+    RunLogError,
+    check_run,
+    format_table,
+    read_log,
+)
 
 EVAL_N_KEY = "actor_rollout_ref.rollout.val_kwargs.n"
 
@@ -31,17 +39,32 @@ def build_parser() -> argparse.ArgumentParser:
     sat = p.add_mutually_exclusive_group()
     sat.add_argument("--sat", dest="sat", action="store_true", default=None, help="expect SAT on")
     sat.add_argument("--baseline", dest="sat", action="store_false", help="expect SAT off")
-    p.add_argument("--sequence-gate", action="store_true", default=None,
-                   help="SAT-GSPO: per-response scores (the gate rate's floor is not checked)")
+    p.add_argument(
+        "--sequence-gate",
+        action="store_true",
+        default=None,
+        help="SAT-GSPO: per-response scores (the gate rate's floor is not checked)",
+    )
     p.add_argument("--interval", type=int, help="interval-mode lag: trainer steps per weight broadcast")
     p.add_argument("--prefetch", type=int, default=None, help="interval-mode prefetch (default 1, the examples')")
-    p.add_argument("--example", help="the example the run is from, e.g. verl_aime_qwen3_30b (default: the one whose "
-                                     "project name is the log's folder)")
-    p.add_argument("--eval-n", type=int, help="expected samples per problem in each evaluation (default: the example "
-                                              "config's val_kwargs.n for the variant)")
-    p.add_argument("--gate-rate-min", type=float, default=DEFAULT_GATE_RATE_MIN,
-                   help=f"lowest median gate rate accepted (default {DEFAULT_GATE_RATE_MIN}; the ceiling is "
-                        f"1 - alpha = {ALPHA_TAIL})")
+    p.add_argument(
+        "--example",
+        help="the example the run is from, e.g. verl_aime_qwen3_30b (default: the one whose "
+        "project name is the log's folder)",
+    )
+    p.add_argument(
+        "--eval-n",
+        type=int,
+        help="expected samples per problem in each evaluation (default: the example "
+        "config's val_kwargs.n for the variant)",
+    )
+    p.add_argument(
+        "--gate-rate-min",
+        type=float,
+        default=DEFAULT_GATE_RATE_MIN,
+        help=f"lowest median gate rate accepted (default {DEFAULT_GATE_RATE_MIN}; the ceiling is "
+        f"1 - alpha = {ALPHA_TAIL})",
+    )
     return p
 
 
@@ -67,8 +90,10 @@ def expectation(args: argparse.Namespace) -> Expectation:
     if args.variant or VARIANT_RE.search(name):
         return Expectation.for_variant(name, **overrides)
     if "sat" not in overrides:
-        raise RunLogError(f"cannot tell from the file name {Path(args.log).name!r} what the run is: pass --variant "
-                          "NAME (e.g. sat_grpo_lag8), or --sat / --baseline (and --interval N)")
+        raise RunLogError(
+            f"cannot tell from the file name {Path(args.log).name!r} what the run is: pass --variant "
+            "NAME (e.g. sat_grpo_lag8), or --sat / --baseline (and --interval N)"
+        )
     return Expectation(**overrides)
 
 
@@ -97,8 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunLogError as e:
         print(f"check_run: error: {e}", file=sys.stderr)
         return 2
-    print(f"{args.log}: SAT {'on' if exp.sat else 'off'}, lag interval {exp.interval}, prefetch {exp.prefetch}, "
-          f"eval samples per problem {exp.eval_n or 'not documented'}")
+    print(
+        f"{args.log}: SAT {'on' if exp.sat else 'off'}, lag interval {exp.interval}, prefetch {exp.prefetch}, "
+        f"eval samples per problem {exp.eval_n or 'not documented'}"
+    )
     print(format_table(results))
     failed = [r.name for r in results if r.passed is False]
     print(f"FAIL: {', '.join(failed)}" if failed else "PASS")

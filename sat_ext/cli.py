@@ -1,6 +1,6 @@
 """The ``sat-ext`` command: ``doctor`` (environment check), ``demo`` (the CPU example), ``example`` (shipped
-configs), ``check-run`` (a verl run's log against SAT's and the lag schedule's signals), ``smoke`` (verl's own
-training loop with SAT and the lag modes, a few steps, checked)."""
+configs), ``check-run`` (a verl run's log against SAT's and the lag schedule's signals), ``smoke`` (verl's or
+OpenRLHF's own training loop with SAT and the lag modes, a few steps, checked)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ USAGE = """usage: sat-ext {doctor,demo,example,check-run,smoke} [options]
   demo       the paper's experiment in miniature on one CPU, on a real vLLM engine (`sat-ext demo --help`)
   example    the shipped example configs: `list [NAME]`, `path NAME`, `write NAME DIR` (run without a checkout)
   check-run  check a verl run's log: SAT active, gate rate, d_pi, finite losses, the lag schedule
-  smoke      run verl's own training loop with SAT and every lag mode for a few steps and check it
-             (`sat-ext smoke verl --help`; on the CPU here, on the GPU where CUDA is available)
+  smoke      run verl's or OpenRLHF's own training loop with SAT and every lag mode for a few steps and check
+             it (`sat-ext smoke verl|openrlhf --help`; on the CPU here, on the GPU where CUDA is available)
 """
 
 

@@ -22,9 +22,8 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
-VERL_VERSION = "0.9.1"
-OPENRLHF_VERSION = "0.11.2"
-TRANSFER_QUEUE_VERSION = "0.1.10"
+from sat_ext.pinned import LOSS_NAMES, OPENRLHF, TRANSFER_QUEUE, VERL
+
 INSTALL_VERL = "pip install 'sat-ext[verl-async]' (from a clone: pip install -e '.[verl-async]'; see the README)"
 
 
@@ -60,8 +59,9 @@ def _exact(name: str, pkg: str, wanted: str, fix: str, optional_fix: str = "") -
 def _run_json(args: list[str], timeout: float, env: dict | None = None) -> tuple[dict | None, str]:
     """Run ``python args`` in a fresh interpreter: its last JSON line and its stderr (None on failure)."""
     try:
-        p = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
-                           env={**os.environ, **(env or {})})
+        p = subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+        )
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout:.0f} s"
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
@@ -80,27 +80,62 @@ def _probe_check(name: str, result: dict, fix: str) -> Check:
 
 def package_checks() -> list[Check]:
     """Python, the pinned frameworks, TransferQueue and the entry point."""
-    checks = [Check("python", "ok" if sys.version_info[:2] >= (3, 10) else "FAIL", sys.version.split()[0],
-                    "Python 3.10-3.12")]
-    checks.append(Check("sat-ext", "ok" if _version("sat-ext") else "FAIL", _version("sat-ext") or "not installed",
-                        "pip install -e . in the clone (or the built wheel) in this environment"))
-    checks.append(Check("torch", "ok" if _version("torch") else "FAIL", _version("torch") or "not installed",
-                        "pip install torch (CPU: pip install torch --index-url https://download.pytorch.org/whl/cpu)"))
-    checks.append(_exact("verl", "verl", VERL_VERSION, INSTALL_VERL))
-    checks.append(Check("ray", "ok" if _version("ray") else "FAIL", _version("ray") or "not installed",
-                        "verl depends on Ray: " + INSTALL_VERL))
+    checks = [
+        Check("python", "ok" if sys.version_info[:2] >= (3, 10) else "FAIL", sys.version.split()[0], "Python 3.10-3.12")
+    ]
+    checks.append(
+        Check(
+            "sat-ext",
+            "ok" if _version("sat-ext") else "FAIL",
+            _version("sat-ext") or "not installed",
+            "pip install -e . in the clone (or the built wheel) in this environment",
+        )
+    )
+    checks.append(
+        Check(
+            "torch",
+            "ok" if _version("torch") else "FAIL",
+            _version("torch") or "not installed",
+            "pip install torch (CPU: pip install torch --index-url https://download.pytorch.org/whl/cpu)",
+        )
+    )
+    checks.append(_exact("verl", "verl", VERL, INSTALL_VERL))
+    checks.append(
+        Check(
+            "ray",
+            "ok" if _version("ray") else "FAIL",
+            _version("ray") or "not installed",
+            "verl depends on Ray: " + INSTALL_VERL,
+        )
+    )
     tq = _version("TransferQueue")
-    tq_ok = importlib.util.find_spec("transfer_queue") is not None and tq == TRANSFER_QUEUE_VERSION
-    checks.append(Check("TransferQueue (verl's V1 async trainers, sat_ext's lag modes)", "ok" if tq_ok else "FAIL",
-                        tq or "not installed", "" if tq_ok else INSTALL_VERL))
-    checks.append(_exact("openrlhf", "openrlhf", OPENRLHF_VERSION,
-                         f"pip install --no-deps openrlhf=={OPENRLHF_VERSION} (docs/openrlhf.md)",
-                         optional_fix=f"needed only for the OpenRLHF path: pip install openrlhf=={OPENRLHF_VERSION} "
-                                      "(docs/openrlhf.md)"))
+    tq_ok = importlib.util.find_spec("transfer_queue") is not None and tq == TRANSFER_QUEUE
+    checks.append(
+        Check(
+            "TransferQueue (verl's V1 async trainers, sat_ext's lag modes)",
+            "ok" if tq_ok else "FAIL",
+            tq or "not installed",
+            "" if tq_ok else INSTALL_VERL,
+        )
+    )
+    checks.append(
+        _exact(
+            "openrlhf",
+            "openrlhf",
+            OPENRLHF,
+            f"pip install --no-deps openrlhf=={OPENRLHF} (docs/openrlhf.md)",
+            optional_fix=f"needed only for the OpenRLHF path: pip install openrlhf=={OPENRLHF} (docs/openrlhf.md)",
+        )
+    )
     ep = [e for e in md.entry_points(group="verl.plugins") if e.value.startswith("sat_ext")]
-    checks.append(Check("verl.plugins entry point", "ok" if ep else "FAIL",
-                        ", ".join(f"{e.name} = {e.value}" for e in ep) or "missing",
-                        "" if ep else "reinstall sat-ext in this environment (pip install -e . or the wheel)"))
+    checks.append(
+        Check(
+            "verl.plugins entry point",
+            "ok" if ep else "FAIL",
+            ", ".join(f"{e.name} = {e.value}" for e in ep) or "missing",
+            "" if ep else "reinstall sat-ext in this environment (pip install -e . or the wheel)",
+        )
+    )
     return checks
 
 
@@ -108,24 +143,55 @@ def fresh_process_checks() -> list[Check]:
     """The in-process probes of :mod:`sat_ext.doctor_probes`, in a fresh interpreter."""
     report, err = _run_json(["-m", "sat_ext.doctor_probes"], timeout=300)
     if report is None:
-        return [Check("fresh-process probes", "FAIL", _last_line(err),
-                      "run `python -m sat_ext.doctor_probes` to see why")]
+        return [
+            Check("fresh-process probes", "FAIL", _last_line(err), "run `python -m sat_ext.doctor_probes` to see why")
+        ]
     if not report["import_verl"]["ok"]:
         return [_probe_check("import verl", report["import_verl"], INSTALL_VERL)]
     reg = report["registered"]
-    ok = reg["ok"] and reg["detail"] == ["sat", "sat_gspo"]
+    ok = reg["ok"] and reg["detail"] == list(LOSS_NAMES)
     detail = "yes" if ok else f"registered: {reg['detail']}; plugin errors: {report['plugin_errors']}"
-    fix = ("verl's plugin loading is off or failed: unset VERL_USE_EXTERNAL_PLUGINS, or set "
-           "VERL_USE_EXTERNAL_MODULES=sat_ext.verl.plugin to see the error")
+    fix = (
+        "verl's plugin loading is off or failed: unset VERL_USE_EXTERNAL_PLUGINS, or set "
+        "VERL_USE_EXTERNAL_MODULES=sat_ext.verl.plugin to see the error"
+    )
     return [
-        Check("sat, sat_gspo registered by `import verl` (fresh process)", "ok" if ok else "FAIL", detail,
-              "" if ok else fix),
-        _probe_check("SAT _target_ through verl's config conversion", report["target_conversion"],
-                     "reinstall sat-ext next to verl " + VERL_VERSION),
+        Check(
+            "sat, sat_gspo registered by `import verl` (fresh process)",
+            "ok" if ok else "FAIL",
+            detail,
+            "" if ok else fix,
+        ),
+        _probe_check(
+            "SAT _target_ through verl's config conversion",
+            report["target_conversion"],
+            "reinstall sat-ext next to verl " + VERL,
+        ),
         _probe_check("verl V1 + TransferQueue + sat_ext lag sampler/trainer", report["lag_stack"], INSTALL_VERL),
-        _probe_check("shipped example configs compose", report["example_configs"],
-                     "reinstall sat-ext (the wheel or pip install -e .): the configs ship as sat_ext.examples"),
+        _probe_check(
+            "shipped example configs compose",
+            report["example_configs"],
+            "reinstall sat-ext (the wheel or pip install -e .): the configs ship as sat_ext.examples",
+        ),
+        *(
+            _private_check(framework, report[f"{framework}_private"])
+            for framework in ("verl", "openrlhf")
+            if f"{framework}_private" in report
+        ),
     ]
+
+
+def _private_check(framework: str, result: dict) -> Check:
+    """The private upstream members listed in sat_ext/<framework>/_upstream.py: present in the installed version?"""
+    name = f"{framework} private members (sat_ext/{framework}/_upstream.py)"
+    if not result["ok"]:
+        fix = f"install the pinned {framework} (pip install -e '.[{framework}]')"
+        return Check(name, "FAIL", str(result["detail"]), fix)
+    names = result["detail"]["names"]
+    listed = f"{len(names)}: " + ", ".join(n.rsplit(".", 1)[-1] for n in names)
+    if not result["detail"]["checked"]:
+        return Check(name, "skip", f"listed, not checked here ({result['detail']['why']}); {listed}")
+    return Check(name, "ok", listed)
 
 
 _RAY_SCRIPT = r"""
@@ -185,13 +251,16 @@ def ray_checks() -> list[Check]:
     down = _unreachable(address) if address else None
     if down:  # ray.init would retry for minutes
         return [Check(f"Ray ({where})", "FAIL", down, "check RAY_ADDRESS and that this node can reach the cluster")]
-    result, err = _run_json(["-c", _RAY_SCRIPT], timeout=420,
-                            env={"SAT_EXT_DOCTOR_RAY_ADDRESS": address or "", "RAY_ADDRESS": ""})
+    result, err = _run_json(
+        ["-c", _RAY_SCRIPT], timeout=420, env={"SAT_EXT_DOCTOR_RAY_ADDRESS": address or "", "RAY_ADDRESS": ""}
+    )
     if result is None:
         fix = "check RAY_ADDRESS and that this node can reach the cluster" if address else "see the error"
         if "InvalidAuthToken" in err:
-            fix = ("the cluster uses Ray token authentication: set RAY_AUTH_MODE=token and the cluster's token "
-                   "(RAY_AUTH_TOKEN or ~/.ray/auth_token) here, as on the head node")
+            fix = (
+                "the cluster uses Ray token authentication: set RAY_AUTH_MODE=token and the cluster's token "
+                "(RAY_AUTH_TOKEN or ~/.ray/auth_token) here, as on the head node"
+            )
         return [Check(f"Ray ({where})", "FAIL", _last_line(err), fix)]
     checks = [Check(f"Ray ({where})", "ok", f"{len(result['nodes'])} alive node(s)")]
     for node in result["nodes"]:
@@ -201,17 +270,18 @@ def ray_checks() -> list[Check]:
             continue
         r = node["report"]
         problems = []
-        if r["verl"] != VERL_VERSION:
-            problems.append(f"verl {r['verl']} (need {VERL_VERSION})")
+        if r["verl"] != VERL:
+            problems.append(f"verl {r['verl']} (need {VERL})")
         if r["sat-ext"] != _version("sat-ext"):
             problems.append(f"sat-ext {r['sat-ext']} (driver has {_version('sat-ext')})")
         if not r["transfer_queue"]:
             problems.append("no TransferQueue")
-        if not r["registered"]["ok"] or r["registered"]["detail"] != ["sat", "sat_gspo"]:
+        if not r["registered"]["ok"] or r["registered"]["detail"] != list(LOSS_NAMES):
             problems.append(f"registered: {r['registered']['detail']}")
         detail = f"{r['host']}: " + ("; ".join(problems) if problems else f"sat, sat_gspo registered, verl {r['verl']}")
-        checks.append(Check(name, "FAIL" if problems else "ok", detail,
-                            f"on {r['host']}: {INSTALL_VERL}" if problems else ""))
+        checks.append(
+            Check(name, "FAIL" if problems else "ok", detail, f"on {r['host']}: {INSTALL_VERL}" if problems else "")
+        )
     return checks
 
 
@@ -220,9 +290,16 @@ def training_node_checks() -> list[Check]:
     report, err = _run_json(["-m", "sat_ext.doctor_probes", "--training-node"], timeout=300)
     if report is None:
         return [Check("training-node probes", "FAIL", _last_line(err), "")]
-    fix = f"pip install 'verl[megatron,sglang]=={VERL_VERSION}' on a CUDA machine"
-    return [_probe_check(name, report[key], fix) for name, key in
-            [("CUDA", "cuda"), ("megatron-core", "megatron-core"), ("mbridge", "mbridge"), ("sglang", "sglang")]]
+    fix = f"pip install 'verl[megatron,sglang]=={VERL}' on a CUDA machine"
+    return [
+        _probe_check(name, report[key], fix)
+        for name, key in [
+            ("CUDA", "cuda"),
+            ("megatron-core", "megatron-core"),
+            ("mbridge", "mbridge"),
+            ("sglang", "sglang"),
+        ]
+    ]
 
 
 def run_checks(with_ray: bool = True, training_node: bool = False) -> list[Check]:
@@ -241,11 +318,15 @@ def run_checks(with_ray: bool = True, training_node: bool = False) -> list[Check
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="sat-ext doctor", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="sat-ext doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray node checks")
-    ap.add_argument("--training-node", action="store_true",
-                    help="also check the GPU training stack (CUDA, megatron-core, mbridge, sglang)")
+    ap.add_argument(
+        "--training-node",
+        action="store_true",
+        help="also check the GPU training stack (CUDA, megatron-core, mbridge, sglang)",
+    )
     ap.add_argument("--json", action="store_true", help="print the checks as one JSON object")
     args = ap.parse_args(argv)
     checks = run_checks(with_ray=not args.no_ray, training_node=args.training_node)

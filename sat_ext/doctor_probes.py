@@ -7,6 +7,7 @@ node (it needs sat_ext installed there, which is itself what it checks).
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import logging
@@ -14,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-LOSSES = ("sat", "sat_gspo")
+from sat_ext.pinned import LOSS_NAMES
 
 
 def _guard(fn: Callable[[], Any]) -> dict[str, Any]:
@@ -22,14 +23,13 @@ def _guard(fn: Callable[[], Any]) -> dict[str, Any]:
     try:
         return {"ok": True, "detail": fn()}
     except Exception as e:  # the doctor reports any failure, it never raises
-        return {"ok": False, "detail": f"{type(e).__name__}: {e}".splitlines()[0],
-                "traceback": traceback.format_exc()}
+        return {"ok": False, "detail": f"{type(e).__name__}: {e}".splitlines()[0], "traceback": traceback.format_exc()}
 
 
 def registered_losses() -> list[str]:
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
-    return sorted(n for n in LOSSES if n in POLICY_LOSS_REGISTRY)
+    return sorted(n for n in LOSS_NAMES if n in POLICY_LOSS_REGISTRY)
 
 
 def _verl_config_dir() -> str:
@@ -48,8 +48,12 @@ def target_conversion() -> str:
     from sat_ext.verl.config import SATPolicyLossConfig
 
     pl = "actor_rollout_ref.actor.policy_loss"
-    overrides = [f"{pl}._target_=sat_ext.verl.config.SATPolicyLossConfig", f"{pl}.loss_mode=sat",
-                 f"+{pl}.sat_quantile=0.9", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"]
+    overrides = [
+        f"{pl}._target_=sat_ext.verl.config.SATPolicyLossConfig",
+        f"{pl}.loss_mode=sat",
+        f"+{pl}.sat_quantile=0.9",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+    ]
     with initialize_config_dir(config_dir=_verl_config_dir(), version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=overrides)
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
@@ -67,6 +71,18 @@ def lag_stack() -> str:
     from sat_ext.verl.lag_overrides import TRAINER_MODE
 
     return f"{get_trainer_cls(TRAINER_MODE).__name__} ({TRAINER_MODE}), {lag_sampler.SATLagReplayBuffer.__name__}"
+
+
+def private_names(framework: str) -> dict[str, Any]:
+    """The private upstream members sat_ext's adapter for ``framework`` uses (its ``_upstream.py``), checked
+    against the installed version; OpenRLHF's are only listed where its trainer modules cannot be imported."""
+    import importlib
+
+    upstream = importlib.import_module(f"sat_ext.{framework}._upstream")
+    try:
+        return {"checked": True, "names": upstream.check()}
+    except ImportError as e:  # OpenRLHF's trainer needs its GPU dependencies (flash-attn, DeepSpeed)
+        return {"checked": False, "names": upstream.names(), "why": f"{type(e).__name__}: {e}"}
 
 
 def example_configs() -> str:
@@ -105,6 +121,9 @@ def fresh_process_report() -> dict[str, Any]:
     out["target_conversion"] = _guard(target_conversion)
     out["lag_stack"] = _guard(lag_stack)
     out["example_configs"] = _guard(example_configs)
+    out["verl_private"] = _guard(lambda: private_names("verl"))
+    if importlib.util.find_spec("openrlhf") is not None:
+        out["openrlhf_private"] = _guard(lambda: private_names("openrlhf"))
     return out
 
 
@@ -120,9 +139,13 @@ def node_report() -> dict[str, Any]:
         except md.PackageNotFoundError:
             return None
 
-    return {"host": socket.gethostname(), "sat-ext": version("sat-ext"), "verl": version("verl"),
-            "transfer_queue": importlib.util.find_spec("transfer_queue") is not None,
-            "registered": _guard(registered_losses)}
+    return {
+        "host": socket.gethostname(),
+        "sat-ext": version("sat-ext"),
+        "verl": version("verl"),
+        "transfer_queue": importlib.util.find_spec("transfer_queue") is not None,
+        "registered": _guard(registered_losses),
+    }
 
 
 def training_node_report() -> dict[str, Any]:
@@ -134,9 +157,15 @@ def training_node_report() -> dict[str, Any]:
 
     import torch
 
-    return {"cuda": {"ok": torch.cuda.is_available(), "detail": f"{torch.cuda.device_count()} GPU(s), torch "
-                     f"{torch.__version__}"}, "megatron-core": version("megatron-core"),
-            "mbridge": version("mbridge"), "sglang": version("sglang")}
+    return {
+        "cuda": {
+            "ok": torch.cuda.is_available(),
+            "detail": f"{torch.cuda.device_count()} GPU(s), torch {torch.__version__}",
+        },
+        "megatron-core": version("megatron-core"),
+        "mbridge": version("mbridge"),
+        "sglang": version("sglang"),
+    }
 
 
 if __name__ == "__main__":

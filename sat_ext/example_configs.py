@@ -19,8 +19,21 @@ DATA_FOLDER = "data"
 PACKAGE = "sat_ext.examples"
 # Hydra 1.3's options that take a value (``--info`` takes one of its choices, or none); tests check these against
 # Hydra's own parser.
-HYDRA_VALUE_OPTIONS = frozenset({"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-                                 "--config-dir", "-cd", "--experimental-rerun"})
+HYDRA_VALUE_OPTIONS = frozenset(
+    {
+        "--cfg",
+        "-c",
+        "--package",
+        "-p",
+        "--config-path",
+        "-cp",
+        "--config-name",
+        "-cn",
+        "--config-dir",
+        "-cd",
+        "--experimental-rerun",
+    }
+)
 HYDRA_INFO_OPTIONS = frozenset({"--info", "-i"})
 HYDRA_INFO_CHOICES = frozenset({"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"})
 

@@ -1,5 +1,9 @@
 """Read a verl run's step log and check the signals a SAT / lag run must show (``python -m sat_ext.check_run``).
 
+The checks also read OpenRLHF's step metrics (``sat-ext smoke openrlhf``): :class:`MetricNames` says how each
+framework spells what they read (verl: ``actor/sat/gate_rate``, OpenRLHF: ``sat_gate_rate``); verl's names
+below.
+
 Input: verl 0.9.1's file logger (``trainer.logger=[...,file]``: one JSON object ``{"step": N, "data": {...}}``
 per line; orjson writes NaN and Inf as ``null``) or its console logger (``step:N - key:value - ...``, one
 line per step, any prefix such as Ray's ``(TaskRunner pid=...)`` before ``step:``). Training records are the
@@ -52,7 +56,8 @@ GSPO_GATE_RATE_WARN = 0.01  # SAT-GSPO: below this median the gate has almost no
 TOL = 1e-6
 # An example variant (method, _tis, _r3, _lagN), and run.sh's name for it under App. E.6's denominator switch.
 VARIANT_RE = re.compile(
-    r"(?P<variant>(?P<sat>sat_)?(?:grpo|gspo|dppo\w*?)(?:_tis)?(?:_r3)?_lag(?P<lag>\d+))(?:_rollout_lp)?$")
+    r"(?P<variant>(?P<sat>sat_)?(?:grpo|gspo|dppo\w*?)(?:_tis)?(?:_r3)?_lag(?P<lag>\d+))(?:_rollout_lp)?$"
+)
 _CONSOLE_STEP = re.compile(r"step:(\d+) - (.*)$")
 _EVAL_KEY = re.compile(r"^val-core/(?P<source>[^/]+)/[^/]+/mean@(?P<n>\d+)$")
 _NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
@@ -71,10 +76,35 @@ class Record:
 
 
 @dataclass(frozen=True)
+class MetricNames:
+    """A framework's names for what the checks read: ``training`` is the prefix of a key that only training
+    steps carry; the SAT keys, and the gradient norm (checked with the ``*loss*`` keys). ``evaluation``: whether
+    its log carries verl's ``val-core/`` evaluation keys (the eval-count check runs only then)."""
+
+    training: str
+    sat_active: str
+    gate_rate: str
+    d_pi: str
+    nonfinite: str
+    grad_norm: str
+    evaluation: bool = True
+
+
+VERL_NAMES = MetricNames(
+    "actor/", "actor/sat/active", "actor/sat/gate_rate", "actor/sat/d_pi", "actor/sat/nonfinite_frac", "actor/grad_norm"
+)
+#: OpenRLHF's step status (its console line; its wandb / TensorBoard loggers add ``train/``)
+OPENRLHF_NAMES = MetricNames(
+    "policy_loss", "sat_active", "sat_gate_rate", "sat_d_pi", "sat_nonfinite_frac", "actor_grad_norm", evaluation=False
+)
+
+
+@dataclass(frozen=True)
 class Expectation:
     """What the run should show: SAT on or off (``sequence_gate``: SAT-GSPO's per-response score), the
     interval-mode lag schedule (``interval`` None: not checked) and the evaluation's samples per problem
-    (``eval_n`` None: reported, not checked)."""
+    (``eval_n`` None: reported, not checked). ``steps_per_record``: optimizer steps one logged step covers
+    (None: a whole lag window, as verl logs it; OpenRLHF logs every trainer step)."""
 
     sat: bool
     sequence_gate: bool = False
@@ -84,6 +114,8 @@ class Expectation:
     gate_rate_min: float = DEFAULT_GATE_RATE_MIN
     gate_rate_max: float = ALPHA_TAIL
     eval_n: int | None = None
+    names: MetricNames = VERL_NAMES
+    steps_per_record: int | None = None
 
     @classmethod
     def for_variant(cls, name: str, **overrides) -> Expectation:
@@ -144,7 +176,7 @@ def _parse_jsonl(path: Path, lines: list[str]) -> list[Record]:
             obj = json.loads(line)
             records.append(Record(int(obj["step"]), _clean(obj["data"])))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise RunLogError(f"{path}:{i}: not a verl file-logger line ({{\"step\": N, \"data\": {{...}}}}): {e}")
+            raise RunLogError(f'{path}:{i}: not a verl file-logger line ({{"step": N, "data": {{...}}}}): {e}')
     return records
 
 
@@ -181,9 +213,9 @@ def read_log(path: str | Path) -> list[Record]:
 # ----------------------------------------------------------------------------------------------- checking
 
 
-def training_records(records: list[Record]) -> list[Record]:
-    """The steps that trained (carry ``actor/`` metrics), in log order."""
-    return [r for r in records if any(k.startswith("actor/") for k in r.values)]
+def training_records(records: list[Record], names: MetricNames = VERL_NAMES) -> list[Record]:
+    """The steps that trained (carry a ``names.training`` key, verl: ``actor/``), in log order."""
+    return [r for r in records if any(k.startswith(names.training) for k in r.values)]
 
 
 def _steady(records: list[Record], exp: Expectation) -> list[Record]:
@@ -199,31 +231,41 @@ def _fmt(values: list[float]) -> str:
 
 
 def check_sat_active(records: list[Record], exp: Expectation) -> CheckResult:
-    values = [r.values.get("actor/sat/active") for r in records]
+    key = exp.names.sat_active
+    values = [r.values.get(key) for r in records]
     if exp.sat:
         bad = [r.step for r, v in zip(records, values) if v is None or abs(v - 1.0) > TOL]
-        return CheckResult("sat active", not bad, f"actor/sat/active = 1 on {len(records) - len(bad)}/{len(records)} "
-                           "steps" + (f"; not on steps {bad[:5]}" if bad else ""))
+        return CheckResult(
+            "sat active",
+            not bad,
+            f"{key} = 1 on {len(records) - len(bad)}/{len(records)} "
+            "steps" + (f"; not on steps {bad[:5]}" if bad else ""),
+        )
     bad = [r.step for r, v in zip(records, values) if v is not None and v != 0.0]
-    return CheckResult("sat active", not bad, "baseline: actor/sat/active absent or 0"
-                       + (f"; SAT active on steps {bad[:5]}" if bad else " on every step"))
+    return CheckResult(
+        "sat active",
+        not bad,
+        f"baseline: {key} absent or 0" + (f"; SAT active on steps {bad[:5]}" if bad else " on every step"),
+    )
 
 
 def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
     name = "gate rate"
     if not exp.sat:
         return CheckResult(name, None, "baseline: no SAT gate")
-    missing = [r.step for r in records if "actor/sat/gate_rate" not in r.values]
+    key = exp.names.gate_rate
+    missing = [r.step for r in records if key not in r.values]
     if missing:
-        return CheckResult(name, False, f"actor/sat/gate_rate missing on steps {missing[:5]}")
-    over = [r.step for r in records if not r.values["actor/sat/gate_rate"] <= exp.gate_rate_max + TOL]
-    steady = [r.values["actor/sat/gate_rate"] for r in _steady(records, exp)]
+        return CheckResult(name, False, f"{key} missing on steps {missing[:5]}")
+    over = [r.step for r in records if not r.values[key] <= exp.gate_rate_max + TOL]
+    steady = [r.values[key] for r in _steady(records, exp)]
     if not steady:
         return CheckResult(name, False, "no steady-state step (lag/steps/min >= 1) to judge the gate rate on")
     median = statistics.median(steady)
     low = not exp.sequence_gate and median < exp.gate_rate_min
-    floor = ("no floor: SAT-GSPO's scores tie within a response" if exp.sequence_gate
-             else f"median >= {exp.gate_rate_min:g}")
+    floor = (
+        "no floor: SAT-GSPO's scores tie within a response" if exp.sequence_gate else f"median >= {exp.gate_rate_min:g}"
+    )
     detail = f"steady state: {_fmt(steady)}; want <= {exp.gate_rate_max:g} every step, {floor}"
     if over:
         detail += f"; above {exp.gate_rate_max:g} (or non-finite) on steps {over[:5]}"
@@ -231,23 +273,26 @@ def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
         detail += "; near 0 means q = 0: most |d| are 0, the denominator is the current policy"
     warning = ""
     if exp.sequence_gate and median < GSPO_GATE_RATE_WARN:
-        warning = (f"SAT-GSPO's median gate rate {median:.4g} is near 0: its d is one value per response and the "
-                   "quantile runs over each micro-batch's tokens (Table 10), so a micro-batch whose highest-|d| "
-                   "response holds 10% or more of its tokens gates nothing; with long responses few fit a "
-                   "micro-batch (benchmarks/results/bench_gspo_gate.md). The paper's scope, not a fault; d_pi "
-                   "shows whether the ratio moved")
+        warning = (
+            f"SAT-GSPO's median gate rate {median:.4g} is near 0: its d is one value per response and the "
+            "quantile runs over each micro-batch's tokens (Table 10), so a micro-batch whose highest-|d| "
+            "response holds 10% or more of its tokens gates nothing; with long responses few fit a "
+            "micro-batch (benchmarks/results/bench_gspo_gate.md). The paper's scope, not a fault; d_pi "
+            "shows whether the ratio moved"
+        )
     return CheckResult(name, not over and not low, detail, warning)
 
 
 def check_d_pi(records: list[Record], exp: Expectation) -> CheckResult:
     name = "d_pi"
+    key = exp.names.d_pi
     if not exp.sat:
-        return CheckResult(name, None, "baseline: verl's own losses do not report actor/sat/d_pi")
-    bad = [r.step for r in records if not math.isfinite(r.values.get("actor/sat/d_pi", math.nan))]
-    steady = [r.values.get("actor/sat/d_pi", math.nan) for r in _steady(records, exp)]
+        return CheckResult(name, None, f"baseline: the framework's own losses do not report {key}")
+    bad = [r.step for r in records if not math.isfinite(r.values.get(key, math.nan))]
+    steady = [r.values.get(key, math.nan) for r in _steady(records, exp)]
     steady = [v for v in steady if math.isfinite(v)]
     zero = not steady or statistics.median(steady) <= 0.0
-    detail = (f"steady state: {_fmt(steady)}" if steady else "no finite steady-state value")
+    detail = f"steady state: {_fmt(steady)}" if steady else "no finite steady-state value"
     if bad:
         detail += f"; missing or non-finite on steps {bad[:5]}"
     if steady and zero:
@@ -255,32 +300,37 @@ def check_d_pi(records: list[Record], exp: Expectation) -> CheckResult:
     return CheckResult(name, not bad and not zero, detail)
 
 
-def _is_loss_key(key: str) -> bool:
-    return "loss" in key.rsplit("/", 1)[-1] or key == "actor/grad_norm"
+def _is_loss_key(key: str, names: MetricNames) -> bool:
+    return "loss" in key.rsplit("/", 1)[-1] or key == names.grad_norm
 
 
 def check_finite(records: list[Record], exp: Expectation) -> CheckResult:
+    names = exp.names
     bad = []
     for r in records:
         for key, value in r.values.items():
-            if (_is_loss_key(key) and not math.isfinite(value)) or (
-                    key == "actor/sat/nonfinite_frac" and value != 0.0):
+            if (_is_loss_key(key, names) and not math.isfinite(value)) or (key == names.nonfinite and value != 0.0):
                 bad.append(f"{key} = {value:g} at step {r.step}")
-    keys = sorted({k for r in records for k in r.values if _is_loss_key(k)})
+    keys = sorted({k for r in records for k in r.values if _is_loss_key(k, names)})
     if not keys:
-        return CheckResult("finite losses", False, "no loss key (…loss…, actor/grad_norm) in the training steps")
-    return CheckResult("finite losses", not bad, (f"{len(keys)} loss keys finite on every step ({', '.join(keys[:4])}"
-                       + (", ...)" if len(keys) > 4 else ")")) if not bad else "; ".join(bad[:5]))
+        return CheckResult("finite losses", False, f"no loss key (…loss…, {names.grad_norm}) in the training steps")
+    return CheckResult(
+        "finite losses",
+        not bad,
+        (f"{len(keys)} loss keys finite on every step ({', '.join(keys[:4])}" + (", ...)" if len(keys) > 4 else ")"))
+        if not bad
+        else "; ".join(bad[:5]),
+    )
 
 
 def _hist_edges(record: Record) -> dict[str, int]:
     """``lag/hist/<bin>`` names -> left edge ("3" -> 3, "8-11" -> 8, "32+" -> 32)."""
-    return {k: int(re.match(r"\d+", k[len("lag/hist/"):]).group()) for k in record.values if k.startswith("lag/hist/")}
+    return {k: int(re.match(r"\d+", k[len("lag/hist/") :]).group()) for k in record.values if k.startswith("lag/hist/")}
 
 
 def _expected_window(trainer_step: int, exp: Expectation) -> list[tuple[int, int]]:
     """Scheduled (lag in versions, lag in steps) of the optimizer steps one record covers."""
-    first = trainer_step - exp.interval + 1
+    first = trainer_step - (exp.steps_per_record or exp.interval) + 1
     return [scheduled_lag(s, exp.interval, exp.prefetch) for s in range(max(1, first), trainer_step + 1)]
 
 
@@ -317,11 +367,17 @@ def check_lag_schedule(records: list[Record], exp: Expectation) -> CheckResult:
         return CheckResult(name, None, "no lag interval expected (pass --interval or a variant name)")
     problems = [p for r in records for p in _lag_problems(r, exp)]
     steady = _steady(records, exp)
-    lags = sorted({int(s) for r in steady for s in (r.values.get("lag/steps/min", -1), r.values.get("lag/steps/max", -1))})
-    detail = (f"interval {exp.interval}, prefetch {exp.prefetch}: {len(records)} steps"
-              + (f", steady-state lag in steps {lags[0]}..{lags[-1]}" if lags else ""))
-    return CheckResult(name, not problems, detail + ("; " + "; ".join(problems[:3]) if problems else
-                                                     "; every step on schedule, off_schedule 0, dropped 0"))
+    ends = ("lag/steps/min", "lag/steps/max")
+    lags = sorted({int(r.values.get(key, -1)) for r in steady for key in ends})
+    detail = f"interval {exp.interval}, prefetch {exp.prefetch}: {len(records)} steps" + (
+        f", steady-state lag in steps {lags[0]}..{lags[-1]}" if lags else ""
+    )
+    return CheckResult(
+        name,
+        not problems,
+        detail
+        + ("; " + "; ".join(problems[:3]) if problems else "; every step on schedule, off_schedule 0, dropped 0"),
+    )
 
 
 def eval_counts(records: list[Record]) -> dict[int, dict[str, int]]:
@@ -340,18 +396,25 @@ def check_eval_count(records: list[Record], exp: Expectation) -> CheckResult:
     name = "eval count"
     counts = eval_counts(records)
     if not counts:
-        return CheckResult(name, None if exp.eval_n is None else False,
-                           "no val-core/<source>/<score>/mean@N in the log: no evaluation ran"
-                           + ("" if exp.eval_n is None else f" (expected mean@{exp.eval_n})"))
+        return CheckResult(
+            name,
+            None if exp.eval_n is None else False,
+            "no val-core/<source>/<score>/mean@N in the log: no evaluation ran"
+            + ("" if exp.eval_n is None else f" (expected mean@{exp.eval_n})"),
+        )
     seen = sorted({(source, n) for per_step in counts.values() for source, n in per_step.items()})
-    detail = (", ".join(f"mean@{n} on {source}" for source, n in seen)
-              + f" at steps {sorted(counts)[:8]}{' ...' if len(counts) > 8 else ''} ({len(counts)} evaluations)")
+    detail = (
+        ", ".join(f"mean@{n} on {source}" for source, n in seen)
+        + f" at steps {sorted(counts)[:8]}{' ...' if len(counts) > 8 else ''} ({len(counts)} evaluations)"
+    )
     if exp.eval_n is None:
         return CheckResult(name, None, detail + "; documented count unknown (pass --example or --eval-n)")
     bad = sorted(step for step, per_step in counts.items() if any(n != exp.eval_n for n in per_step.values()))
     if bad:
-        detail += (f"; the run's documented count is {exp.eval_n} (the example config's val_kwargs.n), not on "
-                   f"steps {bad[:5]}: a per-row __rollout_n__ in the data overrides it unless data.custom_cls drops it")
+        detail += (
+            f"; the run's documented count is {exp.eval_n} (the example config's val_kwargs.n), not on "
+            f"steps {bad[:5]}: a per-row __rollout_n__ in the data overrides it unless data.custom_cls drops it"
+        )
     return CheckResult(name, not bad, detail)
 
 
@@ -359,13 +422,19 @@ CHECKS = (check_sat_active, check_gate_rate, check_d_pi, check_finite, check_lag
 
 
 def check_run(records: list[Record], exp: Expectation) -> list[CheckResult]:
-    """Every check of the module doc: the evaluation's on every record, the others on the training records."""
-    train = training_records(records)
+    """Every check of the module doc: the evaluation's on every record (verl's logs), the others on the training
+    records."""
+    evaluation = [check_eval_count(records, exp)] if exp.names.evaluation else []
+    train = training_records(records, exp.names)
     if not train:
-        return [CheckResult("training steps", False, f"{len(records)} records, none with actor/ metrics"),
-                check_eval_count(records, exp)]
-    return [CheckResult("training steps", True, f"{len(train)} steps with actor/ metrics")] + [
-        check(train, exp) for check in CHECKS] + [check_eval_count(records, exp)]
+        return [
+            CheckResult("training steps", False, f"{len(records)} records, none with {exp.names.training} metrics")
+        ] + evaluation
+    return (
+        [CheckResult("training steps", True, f"{len(train)} steps with {exp.names.training} metrics")]
+        + [check(train, exp) for check in CHECKS]
+        + evaluation
+    )
 
 
 def format_table(results: list[CheckResult]) -> str:

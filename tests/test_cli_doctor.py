@@ -25,8 +25,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _run(args, env=None, timeout=600, python=sys.executable):
-    return subprocess.run([python, "-m", "sat_ext.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "RAY_ADDRESS": "", **(env or {})})
+    return subprocess.run(
+        [python, "-m", "sat_ext.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "RAY_ADDRESS": "", **(env or {})},
+    )
 
 
 def _checks(stdout: str) -> dict[str, dict]:
@@ -60,10 +65,22 @@ def ray_head():
     port = _free_port()
     ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or "ray"
     head = subprocess.Popen(
-        [ray_cli, "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
-         "--disable-usage-stats", "--block"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""})
+        [
+            ray_cli,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--block",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""},
+    )
     try:
         deadline = time.time() + 120
         for line in head.stdout:  # wait for "Ray runtime started"
@@ -125,8 +142,12 @@ def venv_without_transfer_queue(tmp_path_factory):
             continue
         (farm / entry.name).symlink_to(entry)
     python = root / "venv" / "bin" / "python"
-    target = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    target = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (pathlib.Path(target) / "zz_sat_ext_test.pth").write_text(f"import site; site.addsitedir({str(farm)!r})\n")
     return str(python)
 
@@ -136,8 +157,11 @@ def test_doctor_without_transfer_queue_fails_naming_it(venv_without_transfer_que
     assert p.returncode == 1, p.stdout + p.stderr
     assert "[FAIL] TransferQueue (verl's V1 async trainers, sat_ext's lag modes)  not installed" in p.stdout
     assert "pip install 'sat-ext[verl-async]'" in p.stdout
-    assert re.search(r"\[FAIL\] verl V1 \+ TransferQueue \+ sat_ext lag sampler/trainer +ModuleNotFoundError: "
-                     r"No module named 'transfer_queue'", p.stdout)
+    assert re.search(
+        r"\[FAIL\] verl V1 \+ TransferQueue \+ sat_ext lag sampler/trainer +ModuleNotFoundError: "
+        r"No module named 'transfer_queue'",
+        p.stdout,
+    )
     assert "[  ok] sat, sat_gspo registered by `import verl` (fresh process)" in p.stdout  # the losses still work
 
 
@@ -159,12 +183,19 @@ def test_training_node_checks_name_the_missing_gpu_stack():
 
 
 def test_release_script_builds_and_twine_checks_the_wheel_with_the_examples(tmp_path):
-    p = subprocess.run(["bash", str(ROOT / "scripts" / "release.sh"), "--out", str(tmp_path)], capture_output=True,
-                       text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable})
+    p = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "release.sh"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "PASSED" in p.stdout and "release 0.2.0:" in p.stdout
     assert sorted(f.name for f in tmp_path.iterdir() if f.suffix in (".whl", ".gz")) == [
-        "sat_ext-0.2.0-py3-none-any.whl", "sat_ext-0.2.0.tar.gz"]
+        "sat_ext-0.2.0-py3-none-any.whl",
+        "sat_ext-0.2.0.tar.gz",
+    ]
 
 
 def test_unknown_command_is_an_error():

@@ -46,6 +46,7 @@ def job(core, what: str, scope: str, x, backward: bool):
             loss = (out.loss_mat * mask).sum() / n_tok
             if backward:
                 loss.backward()
+
         return run
     absd = (lp0 - old).abs()
     if what == "quantile":
@@ -87,7 +88,7 @@ def main(argv=None) -> None:
                 ts = {"old": [], "new": []}
                 cs = {"old": [], "new": []}
                 for rep in range(args.reps + 1):
-                    for tag in (("old", "new") if rep % 2 == 0 else ("new", "old")):
+                    for tag in ("old", "new") if rep % 2 == 0 else ("new", "old"):
                         core = ref if tag == "old" else new
                         t, c = C.timed2(job(core, what, scope, x, backward), torch.device("cpu"))
                         if rep:  # repetition 0 is the warm-up
@@ -95,34 +96,83 @@ def main(argv=None) -> None:
                             cs[tag].append(c)
                 mo, mn = C.median(ts["old"]), C.median(ts["new"])
                 co, cn = C.median(cs["old"]), C.median(cs["new"])
-                row = {"tokens": n, "job": what, "scope": scope, "mode": "fwd+bwd" if backward else "fwd",
-                       "old_ms": mo * 1e3, "new_ms": mn * 1e3, "new_over_old": mn / mo,
-                       "paired_ratio_median": C.median([b / a for a, b in zip(ts["old"], ts["new"])]),
-                       "old_min_ms": min(ts["old"]) * 1e3, "new_min_ms": min(ts["new"]) * 1e3,
-                       "min_ratio": min(ts["new"]) / min(ts["old"]),
-                       "old_cpu_ms": co * 1e3, "new_cpu_ms": cn * 1e3, "cpu_ratio": cn / co}
+                row = {
+                    "tokens": n,
+                    "job": what,
+                    "scope": scope,
+                    "mode": "fwd+bwd" if backward else "fwd",
+                    "old_ms": mo * 1e3,
+                    "new_ms": mn * 1e3,
+                    "new_over_old": mn / mo,
+                    "paired_ratio_median": C.median([b / a for a, b in zip(ts["old"], ts["new"])]),
+                    "old_min_ms": min(ts["old"]) * 1e3,
+                    "new_min_ms": min(ts["new"]) * 1e3,
+                    "min_ratio": min(ts["new"]) / min(ts["old"]),
+                    "old_cpu_ms": co * 1e3,
+                    "new_cpu_ms": cn * 1e3,
+                    "cpu_ratio": cn / co,
+                }
                 if args.memory:
                     for tag, core in (("old", ref), ("new", new)):
-                        row[f"{tag}_peak_mib"] = C.torch_alloc_peak_bytes(job(core, what, scope, x, backward))[0] / 2**20
-                    row["peak_ratio"] = row["new_peak_mib"] / row["old_peak_mib"] if row["old_peak_mib"] else float("nan")
+                        row[f"{tag}_peak_mib"] = (
+                            C.torch_alloc_peak_bytes(job(core, what, scope, x, backward))[0] / 2**20
+                        )
+                    row["peak_ratio"] = (
+                        row["new_peak_mib"] / row["old_peak_mib"] if row["old_peak_mib"] else float("nan")
+                    )
                 rows.append(row)
-                print(f"{C.fmt_size(n):>4} {what:13s} {scope:6s} {row['mode']:8s} wall old {mo * 1e3:8.2f} new "
-                      f"{mn * 1e3:8.2f} x{mn / mo:.3f} (min x{row['min_ratio']:.3f}) | cpu old {co * 1e3:8.2f} "
-                      f"new {cn * 1e3:8.2f} x{cn / co:.3f}", flush=True)
+                print(
+                    f"{C.fmt_size(n):>4} {what:13s} {scope:6s} {row['mode']:8s} wall old {mo * 1e3:8.2f} new "
+                    f"{mn * 1e3:8.2f} x{mn / mo:.3f} (min x{row['min_ratio']:.3f}) | cpu old {co * 1e3:8.2f} "
+                    f"new {cn * 1e3:8.2f} x{cn / co:.3f}",
+                    flush=True,
+                )
     dist.destroy_process_group()
     if args.stem:
         env = C.environment(torch.device("cpu"), old_core=args.ref, new_core=args.new)
         C.write_csv(C.RESULTS / f"{args.stem}.csv", rows, env)
-        head = ["tokens", "job", "scope", "mode", "old ms", "new ms", "new/old", "paired", "min new/min old",
-                "old CPU ms", "new CPU ms", "CPU new/old"] + (["old peak MiB", "new peak MiB", "peak new/old"]
-                                                              if args.memory else [])
-        body = [[C.fmt_size(r["tokens"]), r["job"], r["scope"], r["mode"], f"{r['old_ms']:.2f}",
-                 f"{r['new_ms']:.2f}", f"{r['new_over_old']:.3f}", f"{r['paired_ratio_median']:.3f}",
-                 f"{r['min_ratio']:.3f}", f"{r['old_cpu_ms']:.2f}", f"{r['new_cpu_ms']:.2f}",
-                 f"{r['cpu_ratio']:.3f}"] + ([f"{r['old_peak_mib']:.1f}", f"{r['new_peak_mib']:.1f}",
-                                             f"{r['peak_ratio']:.3f}"] if args.memory else []) for r in rows]
-        C.write_md(C.RESULTS / f"{args.stem}.md", f"ab_core: core {args.new} vs core {args.ref}", env,
-                   [("Medians (interleaved, same process)", C.md_table(head, body))])
+        head = [
+            "tokens",
+            "job",
+            "scope",
+            "mode",
+            "old ms",
+            "new ms",
+            "new/old",
+            "paired",
+            "min new/min old",
+            "old CPU ms",
+            "new CPU ms",
+            "CPU new/old",
+        ] + (["old peak MiB", "new peak MiB", "peak new/old"] if args.memory else [])
+        body = [
+            [
+                C.fmt_size(r["tokens"]),
+                r["job"],
+                r["scope"],
+                r["mode"],
+                f"{r['old_ms']:.2f}",
+                f"{r['new_ms']:.2f}",
+                f"{r['new_over_old']:.3f}",
+                f"{r['paired_ratio_median']:.3f}",
+                f"{r['min_ratio']:.3f}",
+                f"{r['old_cpu_ms']:.2f}",
+                f"{r['new_cpu_ms']:.2f}",
+                f"{r['cpu_ratio']:.3f}",
+            ]
+            + (
+                [f"{r['old_peak_mib']:.1f}", f"{r['new_peak_mib']:.1f}", f"{r['peak_ratio']:.3f}"]
+                if args.memory
+                else []
+            )
+            for r in rows
+        ]
+        C.write_md(
+            C.RESULTS / f"{args.stem}.md",
+            f"ab_core: core {args.new} vs core {args.ref}",
+            env,
+            [("Medians (interleaved, same process)", C.md_table(head, body))],
+        )
 
 
 if __name__ == "__main__":

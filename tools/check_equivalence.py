@@ -41,12 +41,20 @@ def load_ref_core(ref: str, name: str = "sat_ref"):
     pkg = tmp / name / "core"
     pkg.mkdir(parents=True)
     (tmp / name / "__init__.py").write_text("")
-    names = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{ref}:sat_ext/core"],
-                           capture_output=True, text=True, check=True).stdout.split()
+    names = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{ref}:sat_ext/core"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     for fname in names:
         if fname.endswith(".py"):
-            src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:sat_ext/core/{fname}"],
-                                 capture_output=True, text=True, check=True).stdout
+            src = subprocess.run(
+                ["git", "-C", str(ROOT), "show", f"{ref}:sat_ext/core/{fname}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             (pkg / fname).write_text(src)
     sys.path.insert(0, str(tmp))
     return importlib.import_module(f"{name}.core")
@@ -105,12 +113,18 @@ def random_cfg(rng: random.Random, core, global_ok: bool):
     levels = [lvl for lvl in ("broadcast", "sequence", "token") if lvl in core.config.GSPO_GATE_LEVELS]
     return core.SATConfig(
         **extra,
-        eps_low=rng.choice([0.2, 0.1, 3e-4, 0.999]), eps_high=rng.choice([0.2, 0.28, 4e-4, 0.999]),
-        dual_clip=rng.choice([None, 3.0]), quantile=rng.choice([0.5, 0.9, 0.9, 0.999, 0.01]),
-        gate_scope=scope, global_method=rng.choice(["exact", "hist"]),
-        kernel=rng.choice(list(core.config.KERNELS)), exponent=rng.choice([2.0, 2.0, 1.0, 3.5]),
-        c_min=rng.choice([0.0, 0.0, 0.3, 1.0]), proxy=rng.choice(["old", "old", "rollout"]),
-        gspo_gate_level=rng.choice(levels), nonfinite=rng.choice(["mask", "mask", "raise"]),
+        eps_low=rng.choice([0.2, 0.1, 3e-4, 0.999]),
+        eps_high=rng.choice([0.2, 0.28, 4e-4, 0.999]),
+        dual_clip=rng.choice([None, 3.0]),
+        quantile=rng.choice([0.5, 0.9, 0.9, 0.999, 0.01]),
+        gate_scope=scope,
+        global_method=rng.choice(["exact", "hist"]),
+        kernel=rng.choice(list(core.config.KERNELS)),
+        exponent=rng.choice([2.0, 2.0, 1.0, 3.5]),
+        c_min=rng.choice([0.0, 0.0, 0.3, 1.0]),
+        proxy=rng.choice(["old", "old", "rollout"]),
+        gspo_gate_level=rng.choice(levels),
+        nonfinite=rng.choice(["mask", "mask", "raise"]),
     )
 
 
@@ -127,9 +141,18 @@ def run_loss(core, which: str, cfg_dict: dict, inputs, ratio_form: str, w: torch
         return ("raised", str(e))
     (out.loss_mat * w).sum().backward()
     r = out.region
-    return {"loss_mat": torch.where(mask, out.loss_mat.detach(), 0.0), "grad": lp.grad, "ratio": out.ratio.detach(), "clipped": out.clipped,
-            "lo": r.lo, "hi": r.hi, "c": r.c, "gated": r.gated, "q": r.q,
-            **{f"m:{k}": v for k, v in out.metrics.items()}}
+    return {
+        "loss_mat": torch.where(mask, out.loss_mat.detach(), 0.0),
+        "grad": lp.grad,
+        "ratio": out.ratio.detach(),
+        "clipped": out.clipped,
+        "lo": r.lo,
+        "hi": r.hi,
+        "c": r.c,
+        "gated": r.gated,
+        "q": r.q,
+        **{f"m:{k}": v for k, v in out.metrics.items()},
+    }
 
 
 def run_reference(which: str, cfg, inputs, ratio_form: str, w: torch.Tensor):
@@ -183,8 +206,7 @@ def check_reference(rng: random.Random, cases: int) -> tuple[int, list[str]]:
         cfg = new.SATConfig(**random_cfg(rng, new, global_ok=False).to_dict())
         r = new.adaptive_trust_region(d, mask, cfg)
         lo, hi, gated, q = R.reference_bounds(d, mask, cfg)
-        if not (bits_equal(r.q, q.float()) and torch.equal(r.gated, gated) and close(r.lo, lo)
-                and close(r.hi, hi)):
+        if not (bits_equal(r.q, q.float()) and torch.equal(r.gated, gated) and close(r.lo, lo) and close(r.hi, hi)):
             failures.append(f"adaptive_trust_region case {i} ({cfg})")
     return cases + 200, failures
 
@@ -207,7 +229,7 @@ def main(argv=None) -> int:
     rng = random.Random(args.seed)
     if args.ref == "reference":
         n, failures = check_reference(rng, args.cases)
-        for f in failures[:int(os.environ.get("SAT_EQ_SHOW", "20"))]:
+        for f in failures[: int(os.environ.get("SAT_EQ_SHOW", "20"))]:
             print("MISMATCH", f)
         print(f"checked {n} cases against the reference: {len(failures)} mismatches")
         return 1 if failures else 0
@@ -239,8 +261,10 @@ def main(argv=None) -> int:
         cfg = random_cfg(rng, new, global_ok=True)
         which = ("token", "gspo")[i % 2]
         w = torch.rand(inputs[0].shape, generator=torch.Generator().manual_seed(i)) * inputs[3]
-        bad = compare(run_loss(new, which, cfg.to_dict(), inputs, "token", w),
-                      run_loss(ref, which, cfg.to_dict(), inputs, "token", w))
+        bad = compare(
+            run_loss(new, which, cfg.to_dict(), inputs, "token", w),
+            run_loss(ref, which, cfg.to_dict(), inputs, "token", w),
+        )
         n += 1
         if bad:
             failures.append(f"big case {i} ({which}, {cfg}): {bad}")
@@ -254,8 +278,16 @@ def main(argv=None) -> int:
         outs = []
         for core in (new, ref):
             r = core.adaptive_trust_region(d, mask, core.SATConfig(**cfg), q=q)
-            outs.append({"lo": r.lo, "hi": r.hi, "c": r.c, "gated": r.gated, "q": r.q,
-                         **{f"m:{k}": v for k, v in r.diagnostics(d, mask).items()}})
+            outs.append(
+                {
+                    "lo": r.lo,
+                    "hi": r.hi,
+                    "c": r.c,
+                    "gated": r.gated,
+                    "q": r.q,
+                    **{f"m:{k}": v for k, v in r.diagnostics(d, mask).items()},
+                }
+            )
         bad = compare(*outs)
         n += 1
         if bad:
@@ -281,12 +313,14 @@ def main(argv=None) -> int:
         for method in ("exact", "hist"):
             if negative:
                 continue
-            if not bits_equal(new.global_masked_quantile(v, m, level, method=method),
-                              ref.global_masked_quantile(v, m, level, method=method)):
+            if not bits_equal(
+                new.global_masked_quantile(v, m, level, method=method),
+                ref.global_masked_quantile(v, m, level, method=method),
+            ):
                 failures.append(f"global_masked_quantile {method} size={size} level={level}")
         n += 3
     dist.destroy_process_group()
-    for f in failures[:int(os.environ.get("SAT_EQ_SHOW", "20"))]:
+    for f in failures[: int(os.environ.get("SAT_EQ_SHOW", "20"))]:
         print("MISMATCH", f)
     print(f"checked {n} cases against {args.ref}: {len(failures)} mismatches")
     return 1 if failures else 0

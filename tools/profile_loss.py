@@ -51,9 +51,18 @@ def main(argv=None) -> None:
         ka = prof.key_averages()
         total = sum(e.self_cpu_time_total for e in ka) / args.reps / 1e3
         top = sorted(ka, key=lambda e: -e.self_cpu_time_total)[: args.rows]
-        body = C.md_table(["op", "calls / call", "self CPU ms / call", "share"],
-                          [[e.key, f"{e.count / args.reps:.0f}", f"{e.self_cpu_time_total / args.reps / 1e3:.2f}",
-                            f"{e.self_cpu_time_total / args.reps / 1e3 / total:.1%}"] for e in top])
+        body = C.md_table(
+            ["op", "calls / call", "self CPU ms / call", "share"],
+            [
+                [
+                    e.key,
+                    f"{e.count / args.reps:.0f}",
+                    f"{e.self_cpu_time_total / args.reps / 1e3:.2f}",
+                    f"{e.self_cpu_time_total / args.reps / 1e3 / total:.1%}",
+                ]
+                for e in top
+            ],
+        )
         sections.append((f"{c.key}: {total:.1f} ms self CPU per forward+backward", body))
         if c.loss.startswith("sat"):
             pr = cProfile.Profile()
@@ -64,8 +73,9 @@ def main(argv=None) -> None:
             s = io.StringIO()
             pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(r"sat_ext|backward|agg_loss", 14)
             lines = [ln for ln in s.getvalue().splitlines() if ln.strip()][-16:]
-            sections.append((f"{c.key}: Python-level split (cProfile, {args.reps} calls)", "```\n" + "\n".join(lines)
-                             + "\n```"))
+            sections.append(
+                (f"{c.key}: Python-level split (cProfile, {args.reps} calls)", "```\n" + "\n".join(lines) + "\n```")
+            )
         print(sections[-1][0] if not c.loss.startswith("sat") else sections[-2][0], flush=True)
     env = C.environment(device, tokens=n)
     C.write_md(C.RESULTS / f"{args.stem}.md", f"profile_loss at {args.size} tokens", env, sections)

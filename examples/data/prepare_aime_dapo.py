@@ -106,7 +106,9 @@ def read_table(source: str | Path, split: str = "train") -> pd.DataFrame:
         try:
             import datasets
         except ImportError as e:  # pragma: no cover - datasets ships with verl
-            raise DataError(f"{source}: not a local path, and `datasets` is not installed to read it from the Hub") from e
+            raise DataError(
+                f"{source}: not a local path, and `datasets` is not installed to read it from the Hub"
+            ) from e
         try:
             return datasets.load_dataset(str(source), split=split).to_pandas()
         except Exception as e:  # no network, unknown id, ...
@@ -144,7 +146,7 @@ def problem_text(prompt_text: str) -> str:
     """The problem inside DAPO's template (the whole text when it is not templated)."""
     text = prompt_text
     if text.startswith(DAPO_PREFIX):
-        text = text[len(DAPO_PREFIX):]
+        text = text[len(DAPO_PREFIX) :]
     if text.endswith(DAPO_SUFFIX):
         text = text[: -len(DAPO_SUFFIX)]
     return text.strip()
@@ -158,8 +160,13 @@ def _answers(value: Any, where: str) -> tuple[str, ...]:
     """The accepted answers of a row: one value or a list of them (Dolci's ``ground_truth`` is a list)."""
     value = _plain(value)
     values = value if isinstance(value, list) else [value]
-    answers = tuple(dict.fromkeys(str(v).strip() for v in values
-                                  if v is not None and not (isinstance(v, float) and pd.isna(v)) and str(v).strip()))
+    answers = tuple(
+        dict.fromkeys(
+            str(v).strip()
+            for v in values
+            if v is not None and not (isinstance(v, float) and pd.isna(v)) and str(v).strip()
+        )
+    )
     if not answers:
         raise DataError(f"{where}: empty ground-truth answer ({value!r:.200})")
     return answers
@@ -170,8 +177,9 @@ def _key(problem: str) -> str:
     return re.sub(r"\s+", " ", problem).strip()
 
 
-def _verl_row(problem: str, prompt: list[dict], answers: tuple[str, ...], data_source: str, index: str, source: str,
-              split: str) -> dict:
+def _verl_row(
+    problem: str, prompt: list[dict], answers: tuple[str, ...], data_source: str, index: str, source: str, split: str
+) -> dict:
     return {
         "data_source": data_source,
         "prompt": prompt,
@@ -223,8 +231,10 @@ def rows_from_dolci(df: pd.DataFrame, source: str, template: str, label: str) ->
     qcol = next((c for c in _QUESTION_COLUMNS if c in df.columns), None)
     acol = next((c for c in _ANSWER_COLUMNS if c in df.columns), None)
     if qcol is None or (acol is None and "reward_model" not in df.columns):
-        raise DataError(f"{source}: cannot find a question column ({_QUESTION_COLUMNS}) and an answer column "
-                        f"({_ANSWER_COLUMNS} or reward_model.ground_truth); columns are {sorted(df.columns)}")
+        raise DataError(
+            f"{source}: cannot find a question column ({_QUESTION_COLUMNS}) and an answer column "
+            f"({_ANSWER_COLUMNS} or reward_model.ground_truth); columns are {sorted(df.columns)}"
+        )
     rows = []
     for i, rec in enumerate(df.to_dict("records")):
         where = f"{source} row {i}"
@@ -271,8 +281,7 @@ def _verl_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def _openrlhf_records(rows: list[dict]) -> list[dict]:
-    return [{"prompt": r["prompt"], "label": r["extra_info"]["answers"], "datasource": r["data_source"]}
-            for r in rows]
+    return [{"prompt": r["prompt"], "label": r["extra_info"]["answers"], "datasource": r["data_source"]} for r in rows]
 
 
 def _write_jsonl(path: Path, records: list[dict]) -> None:
@@ -284,11 +293,15 @@ def _write_jsonl(path: Path, records: list[dict]) -> None:
 
 def _train_rows(args: argparse.Namespace, dapo_src, dolci_src, tag: str) -> tuple[dict[str, list[dict]], dict]:
     """Each source's training rows, de-duplicated within the source unless --keep-train-dups."""
-    read = {"dapo": lambda: rows_from_dapo_format(read_table(dapo_src), str(dapo_src), TRAIN_DATA_SOURCE, "train",
-                                                  f"dapo_math_17k{tag}")}
+    read = {
+        "dapo": lambda: rows_from_dapo_format(
+            read_table(dapo_src), str(dapo_src), TRAIN_DATA_SOURCE, "train", f"dapo_math_17k{tag}"
+        )
+    }
     if str(dolci_src).lower() != "none":
-        read["dolci"] = lambda: rows_from_dolci(read_table(dolci_src), str(dolci_src), args.dolci_template,
-                                                f"dolci_rl_zero_math{tag}")
+        read["dolci"] = lambda: rows_from_dolci(
+            read_table(dolci_src), str(dolci_src), args.dolci_template, f"dolci_rl_zero_math{tag}"
+        )
     per_source, counts = {}, {"in": {}, "duplicates_removed": {}}
     for name, rows in ((name, fn()) for name, fn in read.items()):
         counts["in"][name] = len(rows)
@@ -312,8 +325,11 @@ def build(args: argparse.Namespace) -> dict:
     aime_rows = rows_from_dapo_format(read_table(aime_src), str(aime_src), val_source, "test", f"aime_2024{tag}")
     aime, aime_dups = _dedup(aime_rows, "AIME 2024")
     if not sample and len(aime) != EXPECTED_AIME_PROBLEMS:
-        print(f"warning: {len(aime)} distinct AIME 2024 problems after de-duplication (expected "
-              f"{EXPECTED_AIME_PROBLEMS})", file=sys.stderr)
+        print(
+            f"warning: {len(aime)} distinct AIME 2024 problems after de-duplication (expected "
+            f"{EXPECTED_AIME_PROBLEMS})",
+            file=sys.stderr,
+        )
 
     per_source, counts = _train_rows(args, dapo_src, dolci_src, tag)
     train = [row for rows in per_source.values() for row in rows]
@@ -356,19 +372,29 @@ def build(args: argparse.Namespace) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     p.add_argument("--out-dir", required=True, help="where train.parquet, aime2024.parquet, openrlhf/ go")
     p.add_argument("--dapo", help=f"DAPO-Math-17k: local path or Hub id (default {HUB_DAPO})")
     p.add_argument("--dolci", help=f"Dolci-RL-Zero-Math: local path, Hub id, or 'none' (default {HUB_DOLCI})")
     p.add_argument("--aime", help=f"AIME 2024: local path or Hub id (default {HUB_AIME})")
     p.add_argument("--sample", action="store_true", help="use the synthetic sample rows in examples/data/sample/")
-    p.add_argument("--val-data-source", help="data_source of the AIME rows (default aime2024; aime2024_sample with --sample)")
-    p.add_argument("--dolci-template", choices=("keep", "dapo"), default="keep",
-                   help="keep Dolci's prompt text (default, the paper's) or wrap DAPO's instruction around it")
+    p.add_argument(
+        "--val-data-source", help="data_source of the AIME rows (default aime2024; aime2024_sample with --sample)"
+    )
+    p.add_argument(
+        "--dolci-template",
+        choices=("keep", "dapo"),
+        default="keep",
+        help="keep Dolci's prompt text (default, the paper's) or wrap DAPO's instruction around it",
+    )
     p.add_argument("--keep-train-dups", action="store_true", help="keep repeated problems within a training source")
-    p.add_argument("--dedup-across-sources", action="store_true",
-                   help="keep a problem found in both DAPO-Math and Dolci once (not the paper's 30,712-prompt union)")
+    p.add_argument(
+        "--dedup-across-sources",
+        action="store_true",
+        help="keep a problem found in both DAPO-Math and Dolci once (not the paper's 30,712-prompt union)",
+    )
     p.add_argument("--no-openrlhf", action="store_true", help="skip the OpenRLHF jsonl files")
     return p.parse_args(argv)
 

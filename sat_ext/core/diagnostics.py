@@ -40,15 +40,15 @@ SUM_NAMES = (
     "n_scope",  # active entries of the gate scope (tokens, or responses for "sequence")
     "contraction_min",  # min c over the gate (1 off it)
     "q",
-    "n_unclamped",  # active tokens whose |log-ratio| is at most 20
-    "abs_log_ratio_sum",  # sum of |log r_tok| (Eq. 52)
     "score_abs_sum",  # sum of |d| over the gate scope
     "n_gated",
     "deficit_sum",  # sum over the gate of (1 - c)
     "deficit_signed_sum",  # sum over the gate of (1 - c) sign(d)
-    "neg_n_clipped",  # -#{-A clip(r) > -A r} (verl's pg_clipfrac): the clip counts come as sums of -1 indicators
+    "n_unclamped",  # active tokens whose |log-ratio| is at most 20
+    "abs_log_ratio_sum",  # sum of |log r_tok| (Eq. 52)
+    "neg_n_clipped",  # -#{-A clip(r) > -A r} (verl's pg_clipfrac), a sum of -1 indicators
     "neg_n_nominal_clipped",  # clipped by the nominal interval too (SAT's lies inside it)
-    "neg_n_dual_clipped",  # only with a dual clip (the vector is one shorter without)
+    "neg_n_dual_clipped",  # -#dual-clipped, only with a dual clip (the vector is one shorter without)
 )
 """The sums one loss call measures, in the order of the float32 vector :func:`metric_vector` takes."""
 
@@ -96,8 +96,9 @@ def metric_vector(sums: torch.Tensor, eps_low: float, eps_high: float) -> torch.
     """Every metric of :data:`METRIC_KEYS`, in that order, as one float32 vector, from the sums of
     :data:`SUM_NAMES` (a float32 vector in that order, without the last without a dual clip)."""
     coef, const, offset = _coefficients(eps_low, eps_high, sums.numel() == len(SUM_NAMES), sums.device)
-    num, den = torch.addmv(const, coef, sums).view(2, -1)
-    return num.div_(den.clamp_min_(1.0)).add_(offset)
+    ratio = torch.addmv(const, coef, sums)
+    k = len(METRIC_KEYS)
+    return ratio[:k].div_(ratio[k:].clamp_min_(1.0)).add_(offset)
 
 
 def metric_dict(vector: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -26,7 +26,7 @@ aggregates (verl ``agg_loss``, OpenRLHF ``aggregate_loss``; an empty micro-batch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Callable
 
@@ -39,6 +39,8 @@ from .quantile import TOPK_MAX_NUMEL, global_masked_quantile, quantile_of_zeroed
 from .scalars import scalar
 from .surrogate import SurrogateInput, attach, surrogate_part
 from .trust_region import Gate, TrustRegion, gate, sat_clip
+
+_ONE, _ZERO, _CLAMP = scalar(1.0), scalar(0.0), scalar(LOG_RATIO_CLAMP)
 
 __all__ = ["METRIC_KEYS", "SATLossOutput", "empty_microbatch_loss", "sat_gspo_loss", "sat_token_loss"]
 
@@ -131,11 +133,10 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t if t.dim() == 1 else t.reshape(-1)
 
 
-def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights,
-            flat: bool = False) -> _Inputs:
+def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_log_prob,
+            rollout_is_weights) -> _Inputs:
     """Upcast to float32 and apply the non-finite policy, branch-free: ``x * 0`` is 0 for a finite x and NaN
-    otherwise, so one sum of such products marks every token with a non-finite input. ``flat``: every tensor
-    but ``lp`` flattened to 1-d."""
+    otherwise, so one sum of such products marks every token with a non-finite input."""
     mask = mask if mask.dtype == torch.bool else mask.bool()
     rollout = rollout_log_prob if cfg.proxy == "rollout" else None
     if cfg.proxy == "rollout" and rollout is None:
@@ -147,16 +148,14 @@ def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_lo
     if lp.dtype != torch.float32:
         with torch.enable_grad():  # the upcast stays in the graph
             lp = lp.float()
-    shape = _flat if flat else (lambda t: t)
-    lp_value, mask = shape(lp), shape(mask)  # under no_grad: no graph
-    adv = shape(_f32(advantages))
-    raw = lp_value - shape(_f32(old_log_prob))
-    ref_raw = None if rollout is None else lp_value - shape(_f32(rollout))
-    weights = None if rollout_is_weights is None else shape(_f32(rollout_is_weights))
-    keep = torch.addcmul(scalar(1.0), raw, scalar(0.0))  # 1 + x * 0: NaN where x is not finite
+    adv = _f32(advantages)
+    raw = lp - _f32(old_log_prob)  # under no_grad: no graph
+    ref_raw = None if rollout is None else lp - _f32(rollout)
+    weights = None if rollout_is_weights is None else _f32(rollout_is_weights)
+    keep = torch.addcmul(_ONE, raw, _ZERO)  # 1 + x * 0: NaN where x is not finite
     for t in (adv, ref_raw, weights):
         if t is not None:
-            keep.addcmul_(t, scalar(0.0))
+            keep.addcmul_(t, _ZERO)
     keep.nan_to_num_(nan=0.0)  # 1 where every input is finite, else 0
     adv = adv.nan_to_num(0.0, 0.0, 0.0).mul_(keep)
     if weights is not None:
@@ -182,7 +181,7 @@ def _threshold(abs_active: torch.Tensor, active: torch.Tensor, n: torch.Tensor, 
 
 def _deficit(g: Gate) -> torch.Tensor:
     """1 - c on the gate, 0 off it (Table 10's contraction deficit)."""
-    return torch.sub(scalar(1.0), g.c)
+    return torch.sub(_ONE, g.c)
 
 
 def _c_min(g: Gate) -> torch.Tensor:
@@ -197,18 +196,18 @@ def _clip_nominal(ratio: torch.Tensor, cfg: SATConfig) -> torch.Tensor:
 CHUNK = 1 << 15
 
 
-def _chunks(n: int, device: torch.device, row: int = 1) -> list[slice | None]:
+def _chunks(n: int, device: torch.device, row: int = 1) -> list[slice] | None:
     """Static slices of the n rows of ``row`` entries the per-token pass walks through (None: all at once): on
     the CPU parts of about :data:`CHUNK` entries, whose temporaries stay in the cache and are reused by the
     allocator instead of being paged in afresh (the cost of a large call); on a GPU one part."""
     step = max(CHUNK // max(row, 1), 1)
     if device.type != "cpu" or n <= step:
-        return [None]
+        return None
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
-def _part(t: torch.Tensor | None, sl: slice | None) -> torch.Tensor | None:
-    return t if t is None or sl is None else t[sl]
+def _part(t: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
+    return None if t is None else t[sl]
 
 
 def _surrogate_input(ratio, adv, g: Gate, act, dratio_dx, weights, cfg: SATConfig) -> SurrogateInput:
@@ -221,6 +220,46 @@ def _surrogate_input(ratio, adv, g: Gate, act, dratio_dx, weights, cfg: SATConfi
 def _result(loss_mat, sums: torch.Tensor, cfg: SATConfig, details) -> SATLossOutput:
     return SATLossOutput(loss_mat=loss_mat, metric_vector=metric_vector(sums, cfg.eps_low, cfg.eps_high),
                          details=details)
+
+
+@dataclass
+class _TokenPass:
+    """The per-token tensors of a token-level SAT call (finite, detached): the score d and |d| on the active
+    entries, the clamped log-ratio, the 0/1 active mask, |log-ratio| (unclamped), the advantages and the
+    optional weights."""
+
+    score: torch.Tensor
+    abs_active: torch.Tensor
+    d: torch.Tensor
+    act: torch.Tensor
+    abs_raw: torch.Tensor
+    adv: torch.Tensor
+    weights: torch.Tensor | None
+
+    def part(self, sl: slice) -> "_TokenPass":
+        """The same tensors sliced to the entries ``sl``."""
+        return _TokenPass(*(None if (t := getattr(self, f.name)) is None else t[sl] for f in fields(self)))
+
+
+def _token_part(t: _TokenPass, q: torch.Tensor, cfg: SATConfig, loss: torch.Tensor | None = None,
+                coef: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eq. 15-19 on (a part of) the tokens: the loss and the gradient coefficient (into ``loss`` / ``coef`` when
+    given), the active-token sums of :data:`SUM_NAMES` score_abs_sum .. the clip counts, and min c."""
+    g = gate(t.score, t.abs_active, q, cfg)
+    ratio = t.d.exp()
+    passes = torch.le(t.abs_raw, _CLAMP).float()  # the clamp's gradient gate, as verl's vanilla
+    s = _surrogate_input(ratio, t.adv, g, t.act, torch.mul(passes, ratio), t.weights, cfg)
+    loss, coef, indicators = surrogate_part(s, loss, coef)
+    deficit = _deficit(g)
+    rows = torch.stack([t.abs_active, g.gated, deficit, deficit * g.sign, passes, t.abs_raw, *indicators])
+    return loss, coef, torch.mv(rows.view(len(rows), -1), t.act.view(-1)), _c_min(g)
+
+
+def _token_sums(abs_raw: torch.Tensor, indicators: list[torch.Tensor], act: torch.Tensor) -> torch.Tensor:
+    """The active-token sums of :data:`SUM_NAMES` n_unclamped .. the clip counts (the log-ratio clamp's gate
+    made here, part by part)."""
+    rows = torch.stack([torch.le(abs_raw, _CLAMP).float(), abs_raw, *indicators])
+    return torch.mv(rows.view(len(rows), -1), act.view(-1))
 
 
 # ----------------------------------------------------------------------------------------------- the losses
@@ -237,12 +276,10 @@ def sat_token_loss(
     rollout_is_weights: torch.Tensor | None = None,
 ) -> SATLossOutput:
     """Token-level SAT (SAT-GRPO with GRPO advantages); all tensors (batch, response_len)."""
-    shape = log_prob.shape
     with torch.no_grad():
-        x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights, flat=True)
+        x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
         act = x.active
         abs_raw = x.raw.abs()
-        passes = torch.le(abs_raw, scalar(LOG_RATIO_CLAMP)).float()  # the clamp's gradient gate, as verl's vanilla
         n_active = act.sum()
         d = x.raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # Eq. 13 (x.raw is this call's own tensor)
         kl_sum = torch.mul(d, act).sum()  # clamped and summed as verl's vanilla does for ppo_kl, bit for bit
@@ -252,34 +289,24 @@ def sat_token_loss(
             score = x.ref_raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
             abs_active = score.abs().mul_(act)
         q = _threshold(abs_active, act, n_active, cfg, group)
-        loss, coef = torch.empty_like(d), torch.empty_like(d)
-        part_sums, c_min = [], []
-        for sl in _chunks(d.numel(), d.device):
-            g = gate(_part(score, sl), _part(abs_active, sl), q, cfg)
-            ratio, pas, act_part = _part(d, sl).exp(), _part(passes, sl), _part(act, sl)
-            s = _surrogate_input(ratio, _part(x.adv, sl), g, act_part, torch.mul(pas, ratio), _part(x.weights, sl), cfg)
-            indicators, _ = surrogate_part(s, _part(loss, sl), _part(coef, sl))
-            deficit = _deficit(g)
-            rows = [pas, _part(abs_raw, sl), _part(abs_active, sl), g.gated, deficit, deficit * g.sign, *indicators]
-            part_sums.append(torch.mv(torch.stack(rows), act_part))  # SUM_NAMES n_unclamped .. the clip counts
-            c_min.append(_c_min(g))
-        if len(part_sums) > 1:
-            part_sums, c_min = [torch.stack(part_sums).sum(0)], [torch.stack(c_min).amin()]
-        head = torch.stack([n_active, x.n_input, kl_sum, n_active, c_min[0], q])
-        sums = torch.cat([head, part_sums[0]])
+        t = _TokenPass(score, abs_active, d, act, abs_raw, x.adv, x.weights)
+        chunks = _chunks(d.shape[0], d.device, d.numel() // max(d.shape[0], 1))
+        if chunks is None:
+            loss, coef, part_sums, c_min = _token_part(t, q, cfg)
+        else:
+            loss, coef = torch.empty_like(d), torch.empty_like(d)
+            parts = [_token_part(t.part(sl), q, cfg, loss[sl], coef[sl])[2:] for sl in chunks]
+            part_sums = torch.stack([p[0] for p in parts]).sum(0)
+            c_min = torch.stack([p[1] for p in parts]).amin()
+        sums = torch.cat([torch.stack([n_active, x.n_input, kl_sum, n_active, c_min, q]), part_sums])
 
     def details() -> Detail:
         g = gate(score, abs_active, q, cfg)
         ratio = d.exp()
-        _, clip_sign = surrogate_part(_surrogate_input(ratio, x.adv, g, act, None, None, cfg), torch.empty_like(d),
-                                      torch.empty_like(d))
-        r = g.region(cfg)
-        region = TrustRegion(lo=r.lo.view(shape), hi=r.hi.view(shape), c=r.c.view(shape), gated=r.gated.view(shape),
-                             q=q)
-        return Detail(ratio=ratio.view(shape), region=region, clipped=(clip_sign < 0).view(shape))
+        _, _, indicators = surrogate_part(_surrogate_input(ratio, x.adv, g, act, None, None, cfg))
+        return Detail(ratio=ratio, region=g.region(cfg), clipped=indicators[0] < 0)
 
-    weights = None if x.weights is None else x.weights.view(shape)
-    return _result(attach(x.lp, loss, coef.view(shape), x.adv.view(shape), weights), sums, cfg, details)
+    return _result(attach(x.lp, loss, coef, x.adv, x.weights), sums, cfg, details)
 
 
 def sat_gspo_loss(
@@ -306,8 +333,6 @@ def sat_gspo_loss(
         abs_raw = x.raw.abs()
         n_active = n_seq.sum()
         kl_sum = masked_raw.sum()  # ppo_kl on the unclamped log-ratio, summed as verl's gspo does
-        abs_sum = torch.mul(abs_raw, act).sum()
-        n_unclamped = torch.mul(abs_raw.le_(scalar(LOG_RATIO_CLAMP)), act).sum()
         ref = x.raw if x.ref_raw is None else x.ref_raw
         gate_weights, token_mask = None, None
         if cfg.gspo_gate_level == "token":
@@ -318,16 +343,17 @@ def sat_gspo_loss(
         else:
             seq_ref = seq_log_ratio if x.ref_raw is None else (x.ref_raw * act).sum(dim=-1, keepdim=True) / seq_len
             score = seq_ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            has_tokens = torch.gt(n_seq, scalar(0.0)).float()
-            abs_active = score.abs().mul_(has_tokens)
+            abs_active = score.abs()  # 0 for a response without active tokens (a sum over none, over 1)
             if cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
                 if cfg.gate_scope == "micro" and act.numel() <= TOPK_MAX_NUMEL:  # fewer ops: the token quantile
                     q = quantile_of_zeroed(torch.mul(abs_active, act).view(-1), n_active, cfg.quantile,
                                            cfg.quantile_rule)
                 else:  # less work: one score per response, counted n_i times (the same value)
-                    q = _threshold(abs_active, has_tokens, n_active, cfg, group, counts=n_seq.long())
+                    q = _threshold(abs_active, torch.gt(n_seq, _ZERO).float(), n_active, cfg, group,
+                                   counts=n_seq.long())
                 gate_weights, token_mask, n_scope = n_seq, act, n_active
             else:  # "sequence": one score per response, quantile over responses
+                has_tokens = torch.gt(n_seq, _ZERO).float()
                 n_scope = has_tokens.sum()
                 q = _threshold(abs_active, has_tokens, n_scope, cfg, group)
         g = gate(score, abs_active, q, cfg)
@@ -337,7 +363,7 @@ def sat_gspo_loss(
         gate_sums = gate_rows.sum(1) if gate_weights is None else torch.mv(gate_rows, gate_weights.view(-1))
         if ratio_form == "token":
             ratio = torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX).exp_()
-            dratio_dx = torch.le(seq_log_ratio, scalar(GSPO_LOG_RATIO_MAX)).float().mul_(ratio)
+            dratio_dx = torch.where(seq_log_ratio <= GSPO_LOG_RATIO_MAX, ratio, _ZERO)
     if ratio_form == "token":
         target = x.lp
     else:  # OpenRLHF's form: the sequence mean with its full gradient; the surrogate differentiates the ratio
@@ -345,18 +371,24 @@ def sat_gspo_loss(
         target = torch.exp(torch.clamp(seq_g, max=GSPO_LOG_RATIO_MAX)) * act
         ratio, dratio_dx = target.detach(), None
     with torch.no_grad():
-        loss, coef = torch.empty_like(x.adv), torch.empty_like(x.adv)
-        clip_sums = []
-        for sl in _chunks(act.shape[0], act.device, act.shape[-1]):
-            gp = g if sl is None else Gate(q=q, d=g.d[sl], sign=g.sign[sl], gated=g.gated[sl], c=g.c[sl])
-            act_part = _part(act, sl)
-            s = _surrogate_input(_part(ratio, sl), _part(x.adv, sl), gp, act_part, _part(dratio_dx, sl),
-                                 _part(x.weights, sl), cfg)
-            indicators, _ = surrogate_part(s, _part(loss, sl), _part(coef, sl))
-            clip_sums.append(torch.mv(torch.stack(indicators).view(len(indicators), -1), act_part.view(-1)))
-        clip_sums = clip_sums[0] if len(clip_sums) == 1 else torch.stack(clip_sums).sum(0)
-        head = torch.stack([n_active, x.n_input, kl_sum, n_scope, _c_min(g), q, n_unclamped, abs_sum])
-        sums = torch.cat([head, gate_sums, clip_sums])  # in SUM_NAMES order
+        chunks = _chunks(act.shape[0], act.device, act.shape[-1])
+        if chunks is None:
+            s = _surrogate_input(ratio, x.adv, g, act, dratio_dx, x.weights, cfg)
+            loss, coef, indicators = surrogate_part(s)
+            token_sums = _token_sums(abs_raw, indicators, act)
+        else:
+            loss, coef = torch.empty_like(x.adv), torch.empty_like(x.adv)
+            token_sums = []
+            for sl in chunks:
+                gp = Gate(q=q, d=g.d[sl], sign=g.sign[sl], gated=g.gated[sl], c=g.c[sl])
+                act_part = act[sl]
+                s = _surrogate_input(ratio[sl], x.adv[sl], gp, act_part, _part(dratio_dx, sl),
+                                     _part(x.weights, sl), cfg)
+                _, _, indicators = surrogate_part(s, loss[sl], coef[sl])
+                token_sums.append(_token_sums(abs_raw[sl], indicators, act_part))
+            token_sums = torch.stack(token_sums).sum(0)
+        head = torch.stack([n_active, x.n_input, kl_sum, n_scope, _c_min(g), q])
+        sums = torch.cat([head, gate_sums, token_sums])  # in SUM_NAMES order
 
     def details() -> Detail:
         gg = g
@@ -368,8 +400,7 @@ def sat_gspo_loss(
         if cfg.gspo_gate_level == "sequence":  # one entry per response
             region = TrustRegion(lo=region.lo.squeeze(-1), hi=region.hi.squeeze(-1), c=region.c.squeeze(-1),
                                  gated=region.gated.squeeze(-1), q=q)
-        s = _surrogate_input(ratio, x.adv, g, act, None, None, cfg)
-        _, clip_sign = surrogate_part(s, torch.empty_like(x.adv), torch.empty_like(x.adv))
-        return Detail(ratio=ratio.expand(act.shape), region=region, clipped=clip_sign < 0)
+        _, _, indicators = surrogate_part(_surrogate_input(ratio, x.adv, g, act, None, None, cfg))
+        return Detail(ratio=ratio.expand(act.shape), region=region, clipped=indicators[0] < 0)
 
     return _result(attach(target, loss, coef, x.adv, x.weights), sums, cfg, details)

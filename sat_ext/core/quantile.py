@@ -77,7 +77,7 @@ def top_ranks(n: torch.Tensor, level: float, rule: str, n_max: int) -> tuple[tor
         a = _decimal(level)
         b, c = a.denominator, a.denominator - a.numerator
         if c * n_max <= _INT64_MAX:
-            return torch.div(n * c, b, rounding_mode="floor"), None
+            return torch.div(n if c == 1 else n * c, b, rounding_mode="floor"), None
         if b < 1 << 61:
             # c n may overflow int64 (a level with many digits): a float64 estimate, off by at most one, corrected
             # with the exact remainder r = c n - t b, which int64 wraps back into range (|r| < 2 b < 2^62)

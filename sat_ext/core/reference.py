@@ -26,7 +26,7 @@ def reference_quantile(values: torch.Tensor, mask: torch.Tensor, level: float, r
     if n == 0:
         return torch.zeros(())
     if rule == "inverse_cdf":
-        k = max(math.ceil(Fraction(repr(float(level))) * n), 1)
+        k = max(math.ceil(Fraction(repr(float(level))) * n), 1)  # Eq. 14: the ceil(alpha n)-th smallest
         return x[k - 1]
     pos = level * (n - 1)
     below = math.floor(pos)
@@ -37,7 +37,7 @@ def reference_kernel(abs_d: torch.Tensor, q: torch.Tensor, kernel: str, n: float
     """Eq. 15, psi(u; q) = 1 / (1 + (u / q)^n) ("hill", n = 2), and the other forms; never below C_FLOOR > 0."""
     x = abs_d / q  # the paper's u / q
     u = (abs_d - q) / q  # the relative excess over the gate
-    forms = {"hill": 1 / (1 + x**n), "hill_shifted": 1 / (1 + u**n), "power": (q / abs_d) ** n,
+    forms = {"hill": 1 / (1 + x**n), "hill_shifted": 1 / (1 + u**n), "power": (q / abs_d) ** n,  # Eq. 15 (hill), and the named options
              "exp": torch.exp(-(u**n))}
     return forms[kernel].clamp(min=C_FLOOR)
 
@@ -54,10 +54,10 @@ def reference_bounds(d: torch.Tensor, mask: torch.Tensor, cfg: SATConfig, q: tor
     safe_q = torch.where(q > 0, q, torch.ones_like(q))
     psi = reference_kernel(abs_d, safe_q, cfg.kernel, cfg.exponent).clamp(min=cfg.c_min)  # Eq. 15 (+ c_min)
     c = torch.where(gated, psi, torch.ones_like(psi))  # Eq. 16
-    c_plus = torch.where(d > 0, c, torch.ones_like(c))  # u+ = [d]+: only d > 0 contracts the upper radius
-    c_minus = torch.where(d < 0, c, torch.ones_like(c))  # u- = [-d]+: only d < 0 contracts the lower radius
+    c_plus = torch.where(d > 0, c, torch.ones_like(c))  # Eq. 15: u+ = [d]+, only d > 0 contracts the upper radius
+    c_minus = torch.where(d < 0, c, torch.ones_like(c))  # Eq. 15: u- = [-d]+, only d < 0 contracts the lower radius
     lo = 1 - cfg.eps_low * c_minus  # Eq. 17
-    hi = 1 + cfg.eps_high * c_plus
+    hi = 1 + cfg.eps_high * c_plus  # Eq. 17
     return lo, hi, gated, q
 
 
@@ -69,9 +69,9 @@ def reference_surrogate(ratio, adv, lo, hi, dual_clip: float | None, eps_low: fl
     lo A round to the same float just beyond a contracted endpoint."""
     lo = torch.where(adv > 0, torch.full_like(lo, 1 - eps_low), lo)
     hi = torch.where(adv < 0, torch.full_like(hi, 1 + eps_high), hi)
-    loss = -torch.minimum(ratio * adv, torch.clamp(ratio, lo, hi) * adv)
+    loss = -torch.minimum(ratio * adv, torch.clamp(ratio, lo, hi) * adv)  # Eq. 18-19
     if dual_clip is not None:
-        loss = torch.where(adv < 0, torch.minimum(loss, -adv * dual_clip), loss)
+        loss = torch.where(adv < 0, torch.minimum(loss, -adv * dual_clip), loss)  # verl's dual clip for A < 0 (not Eq. 19)
     return loss
 
 
@@ -103,7 +103,7 @@ def reference_gspo_loss(log_prob, old_log_prob, advantages, mask, cfg: SATConfig
     reference = log_prob.detach() - (old_log_prob if cfg.proxy == "old" else rollout_log_prob)
     seq_score = torch.clamp((reference * m).sum(-1) / length, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if cfg.gspo_gate_level == "broadcast":  # Eq. 20: the sequence score on every token, token quantile
-        lo, hi, _, _ = reference_bounds(seq_score[:, None].expand_as(m), mask, cfg, q)
+        lo, hi, _, _ = reference_bounds(seq_score[:, None].expand_as(m), mask, cfg, q)  # Eq. 20: the token quantile on the broadcast score
     elif cfg.gspo_gate_level == "sequence":  # not the paper's: one score per response, quantile over responses
         lo, hi, _, _ = reference_bounds(seq_score, mask.any(-1), cfg, q)
         lo, hi = lo[:, None], hi[:, None]

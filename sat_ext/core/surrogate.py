@@ -29,6 +29,8 @@ import torch
 
 from .scalars import scalar
 
+_ONE, _ZERO = scalar(1.0), scalar(0.0)
+
 
 @dataclass
 class SurrogateInput:
@@ -44,33 +46,35 @@ class SurrogateInput:
     weights: torch.Tensor | None = None  # finite per-token loss weights
 
 
-def surrogate_part(s: SurrogateInput, loss: torch.Tensor, coef: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Write the per-token loss (times the weights) into ``loss`` and ``-(dr/dx) K`` into ``coef`` (the
-    advantages' shape); return the 0/-1 indicators of the clip metrics (clipped; clipped by the nominal
-    interval too; dual-clipped, with a dual clip) and the sign of A cr - A r (-1: clipped)."""
+def surrogate_part(s: SurrogateInput, loss: torch.Tensor | None = None,
+                   coef: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """The per-token loss (times the weights) and ``-(dr/dx) K`` (the advantages' shape), written into ``loss``
+    and ``coef`` when given (slices of a call's outputs), and the indicators of the clip metrics: -1 where
+    clipped (A cr < A r, verl's pg_clipfrac), -1 where clipped by the nominal interval too, -1 where
+    dual-clipped (with a dual clip); 0 elsewhere."""
     a, r, cr = s.adv, s.ratio, s.clipped
     p1, p2 = a * r, a * cr
     u = torch.minimum(p1, p2)
-    clip_sign = torch.sub(p2, p1).sign_()
-    k = torch.add(clip_sign, torch.eq(cr, r)).add_(scalar(1.0))  # 2 K_clip
+    clip_sign = torch.sub(p2, p1).sign_()  # -1: clipped
+    k = torch.add(clip_sign, torch.eq(cr, r)).add_(_ONE)  # 2 K_clip
     indicators = [clip_sign.clamp_max(0.0), torch.mul(a, s.clipped_nominal).sub_(p1).sign_().clamp_max_(0.0)]
     if s.dual_clip is None:
-        torch.neg(u, out=loss)
+        loss = torch.neg(u, out=loss)
         scale = -0.5
     else:
         p3 = a.abs().mul_(scalar(-s.dual_clip))
         dual_sign = torch.sub(u, p3).sign_()
         indicators.append(dual_sign.clamp_max(0.0))
-        torch.maximum(u, p3, out=loss).neg_()
-        k.mul_(dual_sign.add_(scalar(1.0)))  # 4 K
+        loss = torch.maximum(u, p3, out=loss).neg_()
+        k.mul_(dual_sign.add_(_ONE))  # 4 K
         scale = -0.25
     if s.dratio_dx is None:
-        torch.mul(k, scalar(scale), out=coef)
+        coef = torch.mul(k, scalar(scale), out=coef)
     else:
-        torch.addcmul(scalar(0.0), k, s.dratio_dx, value=scale, out=coef)  # exact: scale k is -K
+        coef = torch.addcmul(_ZERO, k, s.dratio_dx, value=scale, out=coef)  # exact: scale k is -K
     if s.weights is not None:
         loss.mul_(s.weights)
-    return indicators, clip_sign
+    return loss, coef, indicators
 
 
 class _Attach(torch.autograd.Function):

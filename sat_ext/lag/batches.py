@@ -1,11 +1,11 @@
 """Which prompt groups the trainer takes next, framework-free: the batch-wise rule and the over-bound rule.
 
-SPEC §2: a batch's lag must not depend on how long its responses are. Groups are ordered first in, first out
-by submission (the step they were submitted at, then their id, which is random in verl and a counter
-elsewhere: an order fixed at submission, blind to length), and a batch is the first ``batch_size`` groups in
-that order, taken only once every one of them has finished (:func:`next_batch`). The alternative,
-:func:`first_finished`, takes the oldest groups among those already finished; it never waits for a straggler,
-so the stragglers (the long responses) are the ones that grow stale and cross the bound.
+The paper's batch-wise asynchrony (Fig. 1, §5.1; docs/lag.md): a batch's lag must not depend on how long its responses
+are. Groups are ordered first in, first out by submission (the step they were submitted at, then their id, which is
+random in verl and a counter elsewhere: an order fixed at submission, blind to length), and a batch is the first
+``batch_size`` groups in that order, taken only once every one of them has finished (:func:`next_batch`). The
+alternative, :func:`first_finished`, takes the oldest groups among those already finished; it never waits for a
+straggler, so the stragglers (the long responses) are the ones that grow stale and cross the bound.
 
 The verl sampler (:mod:`sat_ext.verl.lag_sampler`), the in-process controller (:mod:`sat_ext.lag.controller`,
 which the demo and the simulations drive) and the OpenRLHF adapter's consumption check use these functions.

@@ -29,7 +29,7 @@ def _is_int(x: Any) -> bool:
 
 @dataclass(frozen=True)
 class LagConfig:
-    """Lag control settings (SPEC §2); construction validates every field.
+    """Lag control settings (docs/lag.md, "Modes and settings"); construction validates every field.
 
     mode: "off" (tag and measure only), "bounded" (no consumed sample has lag > max_lag) or
         "interval" (weights are synced every ``interval`` trainer steps; lags follow a fixed schedule).

@@ -19,11 +19,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from .accounting import batch_lags, check_within_bound
 from .batches import GroupState, first_finished, next_batch, over_bound, waits_for_stragglers
 from .config import LagConfig
 from .metrics import LagMetrics
-from .schedule import bounded_admits, last_claimable_step, scheduled_lag
-from .versions import VersionSpan, lag_in_steps, sample_lag
+from .schedule import bounded_admits, last_claimable_step, may_claim
+from .versions import VersionSpan, sample_lag
 
 
 class LagProtocolError(RuntimeError):
@@ -145,20 +146,17 @@ class LagController:
         chosen = rule(states, n)
         if chosen is None:
             return None
-        scheduled = self._scheduled_pair(self.steps_done + 1)
-        for group in chosen:  # checked before anything is removed: a failed take loses no sample
-            lag = sample_lag(self.version, self._samples[group.uid].span)
-            if over_bound(self.cfg, lag):
-                raise AssertionError(f"sample {group.uid} has lag {lag} > lag.max_lag={self.cfg.max_lag}")
-        batch = []
+        items = [self._samples[group.uid] for group in chosen]
+        lags = batch_lags(self.cfg, self.version, self.steps_done, [item.span for item in items])
+        check_within_bound(self.cfg, lags, "LagController.take")  # before anything is removed: no sample lost
         for group in chosen:
-            item = self._samples.pop(group.uid)
-            lag = sample_lag(self.version, item.span)
-            lag_steps = lag_in_steps(self.steps_done, item.span, self.cfg.sync_every)
-            self.metrics.record_consumed(lag, lag_steps, scheduled, item.response_tokens)
-            batch.append(ConsumedSample(group.uid, item.payload, item.span, lag, lag_steps))
-        self._consumed_at_version += len(batch)
-        return batch
+            del self._samples[group.uid]
+        self.metrics.record_batch(lags, [item.response_tokens for item in items])
+        self._consumed_at_version += len(items)
+        return [
+            ConsumedSample(group.uid, item.payload, item.span, lag, steps)
+            for group, item, lag, steps in zip(chosen, items, lags.lags, lags.lag_steps, strict=True)
+        ]
 
     def complete_step(self) -> bool:
         """The trainer finished a step; returns whether a weight sync is due now."""
@@ -198,16 +196,6 @@ class LagController:
         """Metrics of the step just completed (same keys every step); resets the per-step counters."""
         return self.metrics.flush(self.version, self.steps_done)
 
-    def stats(self) -> dict[str, int]:
-        """Counts for monitoring: opened and not consumed, of which ready (submitted), and the id counter."""
-        return {
-            "version": self.version,
-            "steps_done": self.steps_done,
-            "open": len(self._samples),
-            "ready": sum(1 for s in self._samples.values() if s.span is not None),
-            "next_id": self._next_id,
-        }
-
     # ------------------------------------------------------------------ internals
 
     def _admits_fresh(self) -> bool:
@@ -217,8 +205,7 @@ class LagController:
             return outstanding < cfg.outstanding_limit
         if cfg.mode == "bounded":
             return bounded_admits(self._consumed_at_version, outstanding, cfg.max_lag, cfg.batch_size)
-        next_step = self._fresh_scheduled // cfg.batch_size + 1
-        return next_step <= last_claimable_step(self.version, cfg.interval, cfg.prefetch)
+        return may_claim(self._fresh_scheduled // cfg.batch_size + 1, self.version, cfg.interval, cfg.prefetch)
 
     def _open_fresh(self) -> int:
         sample_id = self._next_id
@@ -244,8 +231,3 @@ class LagController:
                 self.metrics.record_regenerated(1, item.response_tokens)
                 self._samples[sample_id] = _Sample(attempt=item.attempt + 1, step=item.step)
                 self._requeue.append(sample_id)
-
-    def _scheduled_pair(self, step: int) -> tuple[int, int] | None:
-        if self.cfg.mode != "interval":
-            return None
-        return scheduled_lag(step, self.cfg.interval, self.cfg.prefetch)

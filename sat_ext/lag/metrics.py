@@ -13,7 +13,11 @@ differs from the schedule).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .accounting import BatchLags
 
 
 def hist_bin_names(edges: tuple[int, ...]) -> list[str]:
@@ -83,6 +87,14 @@ class LagMetrics:
             self.scheduled_steps.append(scheduled[1])
             if (lag, lag_steps) != tuple(scheduled):
                 self.off_schedule += 1
+
+    def record_batch(self, lags: BatchLags, response_tokens: Sequence[int], keep: Sequence[bool] | None = None) -> None:
+        """Every sample of a consumed batch (:func:`sat_ext.lag.accounting.batch_lags`) that is kept (all by
+        default), with its response length."""
+        keep = [True] * len(lags.lags) if keep is None else keep
+        for lag, steps, tokens, kept in zip(lags.lags, lags.lag_steps, response_tokens, keep, strict=True):
+            if kept:
+                self.record_consumed(lag, steps, lags.scheduled, tokens)
 
     def record_dropped(self, n: int = 1, response_tokens: int = 0) -> None:
         """``n`` samples (``response_tokens`` in all) discarded for staleness."""

@@ -31,6 +31,12 @@ def last_claimable_step(version: int, interval: int, prefetch: int) -> int:
     return (version + 1) * interval + prefetch
 
 
+def may_claim(step: int, version: int, interval: int, prefetch: int) -> bool:
+    """Interval mode: whether the batch for trainer step ``step`` may be generated while the trainer is at
+    ``version`` (its scheduled version exists)."""
+    return step <= last_claimable_step(version, interval, prefetch)
+
+
 def scheduled_lag(step: int, interval: int, prefetch: int) -> tuple[int, int]:
     """Interval mode's lag of the batch for ``step``: (in versions, in trainer steps)."""
     version = scheduled_version(step, interval, prefetch)

@@ -5,7 +5,8 @@ worker, so a patch made in the driver process never reaches it. :func:`sat_polic
 the actor class itself (``ray.remote(...)(class X(PolicyModelActor.__ray_actor_class__))``); Ray ships that
 class to every worker it starts, and its ``init_model_from_pretrained`` runs OpenRLHF's own, then, for
 ``--actor.policy_loss_type sat|sat_gspo``, :func:`use_sat_loss` on the trainer it built. For any other loss
-type the override does nothing, so the actor behaves as OpenRLHF's. :func:`install` puts the class where OpenRLHF's CLI looks it up.
+type the override does nothing, so the actor behaves as OpenRLHF's. :func:`install` puts the class where
+OpenRLHF's CLI looks it up.
 
 Importing this module is cheap; the functions import OpenRLHF's trainer stack (DeepSpeed, vLLM, ...).
 """
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import functools
 
-from .config import SAT_LOSS_TYPES, sat_options
+from sat_ext.pinned import LOSS_NAMES
+
+from .config import sat_options
 
 
 def _dp_group(strategy):
@@ -53,7 +56,7 @@ def sat_policy_model_actor():
     class SATPolicyModelActor(base):
         def init_model_from_pretrained(self, strategy, *args, **kwargs):
             super().init_model_from_pretrained(strategy, *args, **kwargs)
-            if strategy.args.actor.policy_loss_type in SAT_LOSS_TYPES:
+            if strategy.args.actor.policy_loss_type in LOSS_NAMES:
                 use_sat_loss(self.trainer, strategy)
 
     return ray.remote(num_gpus=1)(SATPolicyModelActor)  # OpenRLHF's own decoration of PolicyModelActor

@@ -3,8 +3,10 @@ come from, and the launch-time check of OpenRLHF's parsed arguments.
 
 - ``eps_low`` / ``eps_high`` are OpenRLHF's ``--actor.eps_clip_low_high`` (or ``--actor.eps_clip``) and
   ``dual_clip`` is ``--actor.dual_clip``, so SAT and PPO/GSPO runs share one spelling of the base radii.
-- ``proxy`` is not offered: the ratio's reference is vLLM's rollout log-prob (the paper's setting,
-  old := rollout), so the "old" and "rollout" proxies are the same quantity here.
+- ``proxy`` is not offered: the ratio's reference is vLLM's rollout log-prob (old := rollout, the paper's
+  App. E.6 variant; its reported runs divide by the trainer-side log-prob at the rollout checkpoint, Table 9,
+  which OpenRLHF's recomputed ``old_log_probs`` are only at lag 0), so the "old" and "rollout" proxies are the
+  same quantity here.
 - every other field is a SAT option (:data:`SAT_OPTIONS`): ``--sat.<name>`` on the launcher, or a key of
   ``--actor.policy_loss_kwargs`` with the policy-loss registry patch (``patches/``).
 """
@@ -16,16 +18,31 @@ from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
 from sat_ext.core import SATConfig, SATConfigError
-from sat_ext.core.config import GATE_SCOPES, GLOBAL_METHODS, GSPO_GATE_LEVELS, KERNELS, NONFINITE_POLICIES, QUANTILE_RULES
+from sat_ext.core.config import (
+    GATE_SCOPES,
+    GLOBAL_METHODS,
+    GSPO_GATE_LEVELS,
+    KERNELS,
+    NONFINITE_POLICIES,
+    QUANTILE_RULES,
+)
 
-SAT_LOSS_TYPES = ("sat", "sat_gspo")
 SAT_OPTIONS = tuple(f.name for f in fields(SATConfig) if f.name not in ("eps_low", "eps_high", "dual_clip", "proxy"))
 SAT_OPTION_DEFAULTS = {f.name: f.default for f in fields(SATConfig) if f.name in SAT_OPTIONS}
-SAT_OPTION_CHOICES = {"quantile_rule": QUANTILE_RULES, "gate_scope": GATE_SCOPES, "global_method": GLOBAL_METHODS, "kernel": KERNELS,
-                      "gspo_gate_level": GSPO_GATE_LEVELS, "nonfinite": NONFINITE_POLICIES}
+SAT_OPTION_CHOICES = {
+    "quantile_rule": QUANTILE_RULES,
+    "gate_scope": GATE_SCOPES,
+    "global_method": GLOBAL_METHODS,
+    "kernel": KERNELS,
+    "gspo_gate_level": GSPO_GATE_LEVELS,
+    "nonfinite": NONFINITE_POLICIES,
+}
 
-_OPENRLHF_FLAGS = {"eps_low": "--actor.eps_clip_low_high LOW (or --actor.eps_clip)",
-                   "eps_high": "--actor.eps_clip_low_high HIGH (or --actor.eps_clip)", "dual_clip": "--actor.dual_clip"}
+_OPENRLHF_FLAGS = {
+    "eps_low": "--actor.eps_clip_low_high LOW (or --actor.eps_clip)",
+    "eps_high": "--actor.eps_clip_low_high HIGH (or --actor.eps_clip)",
+    "dual_clip": "--actor.dual_clip",
+}
 
 
 def sat_options(args: SimpleNamespace) -> dict[str, Any]:
@@ -47,13 +64,19 @@ def sat_config(
     """
     for name, value in options.items():
         if name not in SAT_OPTIONS:
-            raise SATConfigError(key_of(name), value, f"is not a SAT option (options: {list(SAT_OPTIONS)}; the clip "
-                                 "radii and dual clip are --actor.eps_clip_low_high and --actor.dual_clip)")
+            raise SATConfigError(
+                key_of(name),
+                value,
+                f"is not a SAT option (options: {list(SAT_OPTIONS)}; the clip "
+                "radii and dual clip are --actor.eps_clip_low_high and --actor.dual_clip)",
+            )
     values = {"eps_low": clip_eps_low, "eps_high": clip_eps_high, "dual_clip": dual_clip, **options}
     return SATConfig.from_mapping(values, key_of=lambda name: _OPENRLHF_FLAGS.get(name) or key_of(name))
 
 
-def check_openrlhf_args(args: SimpleNamespace, options: Mapping[str, Any], key_of: Callable[[str], str] = str) -> SATConfig:
+def check_openrlhf_args(
+    args: SimpleNamespace, options: Mapping[str, Any], key_of: Callable[[str], str] = str
+) -> SATConfig:
     """Validate a SAT run (``args.actor.policy_loss_type`` sat or sat_gspo) from OpenRLHF's final (hierarchized,
     validated) arguments; returns its SATConfig.
 
@@ -62,8 +85,10 @@ def check_openrlhf_args(args: SimpleNamespace, options: Mapping[str, Any], key_o
     """
     loss_type = args.actor.policy_loss_type
     if not args.vllm.num_engines:
-        raise ValueError(f"--actor.policy_loss_type {loss_type} needs vLLM's rollout log-probs, so vLLM engines: "
-                         f"set --vllm.num_engines > 0 (got {args.vllm.num_engines!r})")
+        raise ValueError(
+            f"--actor.policy_loss_type {loss_type} needs vLLM's rollout log-probs, so vLLM engines: "
+            f"set --vllm.num_engines > 0 (got {args.vllm.num_engines!r})"
+        )
     if args.algo.advantage.is_correction_level == "off":
         raise ValueError(
             f"--actor.policy_loss_type {loss_type} needs vLLM's rollout log-probs (SAT's ratio is taken against "

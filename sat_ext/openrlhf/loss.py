@@ -3,10 +3,12 @@
 The math is :mod:`sat_ext.core`; this class only maps OpenRLHF's arguments onto it and aggregates the
 per-token loss with OpenRLHF's own ``aggregate_loss``.
 
-- Ratio reference: ``rollout_log_probs`` (vLLM's log-probs of the sampled tokens), the paper's setting
-  old := rollout. ``old_log_probs`` (the DeepSpeed actor's recompute) enters only the ``vllm_kl``
-  diagnostic. OpenRLHF hands the rollout log-probs over only when ``--algo.advantage.is_correction_level``
-  is not ``off`` (:func:`sat_ext.openrlhf.config.check_openrlhf_args` refuses a run without them).
+- Ratio reference: ``rollout_log_probs`` (vLLM's log-probs of the sampled tokens), old := rollout: the paper's App. E.6
+  variant (its reported runs divide by the trainer-side log-prob at the rollout checkpoint, Table 9). ``old_log_probs``
+  (the DeepSpeed actor's recompute, with the weights it holds when the batch arrives: the rollout checkpoint only at lag
+  0) enters only the ``vllm_kl`` diagnostic. OpenRLHF hands the rollout log-probs over only when
+  ``--algo.advantage.is_correction_level`` is not ``off`` (:func:`sat_ext.openrlhf.config.check_openrlhf_args` refuses a
+  run without them).
 - IS correction: none. The ratio already is new/behaviour, so OpenRLHF's decoupled-PPO reweighting by
   old/rollout would count the same mismatch twice; the ``is_correction_*`` arguments are accepted (and
   validated by ``PolicyLoss``) but unused, and ``is_filter_ratio`` is 0 (nothing is filtered).
@@ -32,10 +34,12 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from sat_ext.core import METRIC_KEYS, empty_microbatch_loss, sat_gspo_loss, sat_token_loss
+from sat_ext.core import METRIC_KEYS, sat_gspo_loss, sat_token_loss
+from sat_ext.microbatch import aggregate
+from sat_ext.pinned import LOSS_NAMES
 
 from .compat import openrlhf_loss
-from .config import SAT_LOSS_TYPES, check_openrlhf_args, sat_config
+from .config import check_openrlhf_args, sat_config
 
 _loss = openrlhf_loss()
 PolicyLoss = _loss.PolicyLoss
@@ -67,8 +71,8 @@ class SATPolicyLoss(PolicyLoss):
         process_group: Optional[dist.ProcessGroup] = None,
         **sat_options: Any,
     ) -> None:
-        if policy_loss_type not in SAT_LOSS_TYPES:
-            raise ValueError(f"SATPolicyLoss: policy_loss_type must be one of {SAT_LOSS_TYPES}, got {policy_loss_type!r}")
+        if policy_loss_type not in LOSS_NAMES:
+            raise ValueError(f"SATPolicyLoss: policy_loss_type must be one of {LOSS_NAMES}, got {policy_loss_type!r}")
         super().__init__(
             clip_eps_low=clip_eps_low,
             clip_eps_high=clip_eps_high,
@@ -85,8 +89,9 @@ class SATPolicyLoss(PolicyLoss):
         self.extra_metrics: dict[str, torch.Tensor] = {}
 
     @classmethod
-    def like(cls, policy_loss: PolicyLoss, process_group: Optional[dist.ProcessGroup] = None,
-             **sat_options: Any) -> "SATPolicyLoss":
+    def like(
+        cls, policy_loss: PolicyLoss, process_group: Optional[dist.ProcessGroup] = None, **sat_options: Any
+    ) -> "SATPolicyLoss":
         """A SAT loss with the settings OpenRLHF gave ``policy_loss`` (as ``ActorPPOTrainer`` builds it)."""
         return cls(
             clip_eps_low=policy_loss.clip_eps_low,
@@ -145,19 +150,28 @@ class SATPolicyLoss(PolicyLoss):
         if self.policy_loss_type == "sat":
             out = sat_token_loss(log_probs, rollout_log_probs, advantages, action_mask, self.sat_config, group=group)
         else:
-            out = sat_gspo_loss(log_probs, rollout_log_probs, advantages, action_mask, self.sat_config, group=group,
-                                ratio_form="sequence")
-        if out.metrics["empty_microbatch"]:  # masked_mean would divide 0 by 0 without global totals
-            loss = empty_microbatch_loss(out.loss_mat, action_mask)
-        else:
-            loss = aggregate_loss(
+            out = sat_gspo_loss(
+                log_probs,
+                rollout_log_probs,
+                advantages,
+                action_mask,
+                self.sat_config,
+                group=group,
+                ratio_form="sequence",
+            )
+        loss = aggregate(
+            out.loss_mat,
+            action_mask,
+            bool(out.metrics["empty_microbatch"]),
+            lambda: aggregate_loss(
                 out.loss_mat,
                 action_mask,
                 token_level_loss=self.token_level_loss,
                 dp_size=dp_size,
                 batch_num_tokens=batch_num_tokens,
                 global_batch_size=global_batch_size,
-            )
+            ),
+        )
         with torch.no_grad():
             clip_ratio = masked_mean(out.clipped.float(), action_mask, dim=None)
             ppo_kl = masked_mean(-(log_probs - rollout_log_probs), action_mask, dim=None)

@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
+from sat_ext.pinned import LOSS_NAMES, OPENRLHF
+
+from . import _upstream
 from . import lag as _lag
-from .config import (SAT_LOSS_TYPES, SAT_OPTION_CHOICES, SAT_OPTION_DEFAULTS, SAT_OPTIONS, check_openrlhf_args,
-                     sat_options)
+from .config import SAT_OPTION_CHOICES, SAT_OPTION_DEFAULTS, SAT_OPTIONS, check_openrlhf_args, sat_options
 
 OPENRLHF_CLI = "openrlhf.cli.train_ppo_ray"
-OPENRLHF_VERSION = "0.11.2"
 _LOSS_FLAG = "--actor.policy_loss_type"
 
 
@@ -58,15 +59,17 @@ _SAT_HELP = {
     "exponent": "exponent n of the kernel",
     "c_min": "floor on c; 1 disables the contraction (SAT == PPO/GSPO)",
     "gspo_gate_level": "sat_gspo: broadcast (the paper's: the sequence log-ratio on every token, token "
-                       "quantile), sequence (per-sequence quantile) or token (each token's own log-ratio)",
+    "quantile), sequence (per-sequence quantile) or token (each token's own log-ratio)",
     "nonfinite": "NaN/Inf inputs at active tokens: mask (zero loss, counted) or raise",
 }
 
 
 def _add_sat_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
-        "SAT (sat_ext)", "with --actor.policy_loss_type sat|sat_gspo; radii from --actor.eps_clip_low_high, "
-        "dual clip from --actor.dual_clip")
+        "SAT (sat_ext)",
+        "with --actor.policy_loss_type sat|sat_gspo; radii from --actor.eps_clip_low_high, "
+        "dual clip from --actor.dual_clip",
+    )
     for name in SAT_OPTIONS:
         default = SAT_OPTION_DEFAULTS[name]
         group.add_argument(
@@ -80,15 +83,19 @@ def _add_sat_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check_sat_args(args: SimpleNamespace) -> None:
     options = sat_options(args)
-    if args.actor.policy_loss_type not in SAT_LOSS_TYPES:
+    if args.actor.policy_loss_type not in LOSS_NAMES:
         if options:
             flags = " ".join(f"--sat.{name}" for name in options)
-            raise ValueError(f"{flags} set, but {_LOSS_FLAG} is {args.actor.policy_loss_type!r}, not a SAT loss "
-                             f"({', '.join(SAT_LOSS_TYPES)})")
+            raise ValueError(
+                f"{flags} set, but {_LOSS_FLAG} is {args.actor.policy_loss_type!r}, not a SAT loss "
+                f"({', '.join(LOSS_NAMES)})"
+            )
         return
     check_openrlhf_args(args, options, key_of=lambda name: f"--sat.{name}")
-    print(f"[sat_ext] {_LOSS_FLAG} {args.actor.policy_loss_type}: ratio against vLLM's rollout log-probs; "
-          "OpenRLHF's IS correction (--algo.advantage.is_correction_mode/gating/threshold) is not applied")
+    print(
+        f"[sat_ext] {_LOSS_FLAG} {args.actor.policy_loss_type}: ratio against vLLM's rollout log-probs; "
+        "OpenRLHF's IS correction (--algo.advantage.is_correction_mode/gating/threshold) is not applied"
+    )
 
 
 def _install_sat() -> None:
@@ -97,13 +104,13 @@ def _install_sat() -> None:
     install()
 
 
-SAT = Extension("sat", SAT_LOSS_TYPES, _add_sat_arguments, _check_sat_args, _install_sat)
+SAT = Extension("sat", LOSS_NAMES, _add_sat_arguments, _check_sat_args, _install_sat)
 LAG = Extension("lag", (), _lag.add_lag_arguments, _lag.check_lag_args, _lag.install)  # sat_ext.openrlhf.lag
 EXTENSIONS: tuple[Extension, ...] = (SAT, LAG)
 
 
 def _extend_parser(parser: argparse.ArgumentParser, extensions: Sequence[Extension]) -> None:
-    loss_flag = parser._option_string_actions[_LOSS_FLAG]
+    loss_flag = _upstream.option_action(parser, _LOSS_FLAG)
     if loss_flag.choices is not None:  # None with the registry patch: OpenRLHF then validates the name itself
         loss_flag.choices = [*loss_flag.choices, *(t for ext in extensions for t in ext.loss_types)]
     for ext in extensions:
@@ -115,7 +122,7 @@ def _wrap_train(parser: argparse.ArgumentParser, extensions: Sequence[Extension]
     main_globals = sys.modules["__main__"].__dict__
     openrlhf_train = main_globals.get("train")
     if not callable(openrlhf_train):
-        raise RuntimeError(f"{OPENRLHF_CLI} has no train() in its module namespace: not OpenRLHF {OPENRLHF_VERSION}")
+        raise RuntimeError(f"{OPENRLHF_CLI} has no train() in its module namespace: not OpenRLHF {OPENRLHF}")
 
     def train(args):
         for ext in extensions:
@@ -132,9 +139,11 @@ def main(argv: Sequence[str] | None = None, extensions: Sequence[Extension] = EX
     """Run OpenRLHF's ``train_ppo_ray`` on ``argv`` (default: ``sys.argv[1:]``) with ``extensions``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     found = importlib.metadata.version("openrlhf")
-    if found != OPENRLHF_VERSION:
-        raise SystemExit(f"sat_ext.openrlhf supports openrlhf=={OPENRLHF_VERSION} (the PolicyLoss API, the actor "
-                         f"class and the CLI it adapts), found {found}")
+    if found != OPENRLHF:
+        raise SystemExit(
+            f"sat_ext.openrlhf supports openrlhf=={OPENRLHF} (the PolicyLoss API, the actor "
+            f"class and the CLI it adapts), found {found}"
+        )
     for ext in extensions:
         ext.install()
 
@@ -142,7 +151,7 @@ def main(argv: Sequence[str] | None = None, extensions: Sequence[Extension] = EX
     hooked = []
 
     def parse_args_with_extensions(parser, args=None, namespace=None):
-        if _LOSS_FLAG not in parser._option_string_actions:  # some other parser
+        if _upstream.option_action(parser, _LOSS_FLAG) is None:  # some other parser
             return parse_args(parser, args, namespace)
         argparse.ArgumentParser.parse_args = parse_args
         hooked.append(parser)
@@ -160,7 +169,7 @@ def main(argv: Sequence[str] | None = None, extensions: Sequence[Extension] = EX
         argparse.ArgumentParser.parse_args = parse_args
         sys.argv = saved_argv
     if not hooked:
-        raise RuntimeError(f"{OPENRLHF_CLI} never parsed its arguments: not OpenRLHF {OPENRLHF_VERSION}")
+        raise RuntimeError(f"{OPENRLHF_CLI} never parsed its arguments: not OpenRLHF {OPENRLHF}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``python -m sat_ext.smoke verl ...``: the same as ``sat-ext smoke verl ...``."""
+"""``python -m sat_ext.smoke verl|openrlhf ...``: the same as ``sat-ext smoke verl|openrlhf ...``."""
 
 import sys
 

@@ -1,5 +1,6 @@
 """The smoke runs' model and data, built offline in seconds: a tiny random Qwen3, a character tokenizer with a
-chat template, and a parquet prompt set whose reward varies within a group.
+chat template, and a prompt set whose reward varies within a group (parquet in verl's layout, JSON lines in
+OpenRLHF's).
 
 The tokenizer has exactly as many tokens as the model's vocabulary: vLLM masks logits past the tokenizer's
 length and the trainer does not, so a padded head would shift the rollout's log-probs against the trainer's.
@@ -9,15 +10,18 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 SPECIAL = ("<pad>", "<|im_start|>", "<|im_end|>")
 CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 \n+=?.,:"
+GENERATION_PROMPT = "<|im_start|>assistant\n"
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% if add_generation_prompt %}" + GENERATION_PROMPT + "{% endif %}"
 )
+TOKEN = "<\\|im_(?:start|end)\\|>|."  # one token: a special token or one character (newlines included)
 DATA_SOURCE = "sat_ext_smoke"
 
 
@@ -49,20 +53,31 @@ def write_model(folder: Path, shape: TinyModel = TinyModel()) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     vocab = {token: i for i, token in enumerate(vocabulary())}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("<\\|im_(?:start|end)\\|>|."), behavior="isolated")
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(TOKEN), behavior="isolated")
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>", bos_token=None, unk_token="<pad>",
+        tokenizer_object=core,
+        pad_token="<pad>",
+        eos_token="<|im_end|>",
+        bos_token=None,
+        unk_token="<pad>",
         additional_special_tokens=["<|im_start|>"],
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(folder)
 
     config = Qwen3Config(
-        vocab_size=len(vocab), hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_hidden_layers, num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads, head_dim=shape.head_dim,
-        max_position_embeddings=shape.max_position_embeddings, tie_word_embeddings=False,
-        pad_token_id=vocab["<pad>"], eos_token_id=vocab["<|im_end|>"], bos_token_id=vocab["<|im_start|>"],
+        vocab_size=len(vocab),
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim,
+        max_position_embeddings=shape.max_position_embeddings,
+        tie_word_embeddings=False,
+        pad_token_id=vocab["<pad>"],
+        eos_token_id=vocab["<|im_end|>"],
+        bos_token_id=vocab["<|im_start|>"],
         torch_dtype="float32",
     )
     torch.manual_seed(shape.seed)
@@ -100,3 +115,40 @@ def write_data(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(path)
     return path
+
+
+def openrlhf_rows(count: int, seed: int = 0) -> list[dict]:
+    """The prompts of :func:`prompt_rows` in OpenRLHF's layout (``--data.input_key prompt --data.label_key label``;
+    ``datasource`` names the eval metrics)."""
+    return [
+        {
+            "prompt": row["prompt"][0]["content"],
+            "label": row["reward_model"]["ground_truth"],
+            "datasource": row["data_source"],
+        }
+        for row in prompt_rows(count, seed)
+    ]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """``rows`` as JSON lines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def response_text(decoded: str) -> str:
+    """The response of a prompt + response decoded by the smoke tokenizer (tokens joined by single spaces, special
+    tokens kept), without its special tokens: the text after the last generation prompt, spaces between tokens
+    removed ("" if there is none)."""
+    marker = " ".join(re.findall(TOKEN, GENERATION_PROMPT, flags=re.S))
+    start = decoded.rfind(marker)
+    if start < 0:
+        return ""
+    rest, tokens, i = decoded[start + len(marker) + 1 :], [], 0
+    pattern = re.compile(TOKEN, flags=re.S)
+    while i < len(rest):
+        token = pattern.match(rest, i).group()
+        tokens.append(token)
+        i += len(token) + 1  # the separator
+    return "".join(t for t in tokens if t not in SPECIAL)

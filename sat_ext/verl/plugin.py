@@ -11,8 +11,10 @@ import sys
 import traceback
 
 try:
-    from sat_ext.verl.config import LOSS_NAMES  # importing the module registers the losses
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+    from sat_ext.pinned import LOSS_NAMES
+    from sat_ext.verl import loss as _loss  # noqa: F401  (importing it registers the losses)
 
     _missing = [n for n in LOSS_NAMES if n not in POLICY_LOSS_REGISTRY]
     if _missing:

@@ -30,7 +30,8 @@ def start(build: Callable[[Path], list[str]], **kwargs) -> Background:
     """Run ``build(workdir)`` (the command; it may write its inputs into the fresh ``workdir``) in ``workdir``."""
     workdir = Path(tempfile.mkdtemp(prefix="sat_examples_"))
     atexit.register(shutil.rmtree, workdir, ignore_errors=True)
-    proc = subprocess.Popen(build(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=workdir, **kwargs)
+    proc = subprocess.Popen(
+        build(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir, **kwargs
+    )
     atexit.register(lambda: proc.poll() is None and proc.kill())
     return Background(proc, workdir)

@@ -58,17 +58,32 @@ def _loss_metrics(actor, lag_steps: int, gen: torch.Generator, drift: float, nan
             log_prob[0, 0] = math.nan
         adv = torch.randn(rows, 1, generator=gen).expand(rows, TOKENS)
         mask = torch.ones(rows, TOKENS)
-        mask[:, TOKENS - 4:] = 0
-        loss, metrics = loss_fn(old_log_prob=old, log_prob=log_prob, advantages=adv, response_mask=mask,
-                                loss_agg_mode=actor.loss_agg_mode, config=actor)
+        mask[:, TOKENS - 4 :] = 0
+        loss, metrics = loss_fn(
+            old_log_prob=old,
+            log_prob=log_prob,
+            advantages=adv,
+            response_mask=mask,
+            loss_agg_mode=actor.loss_agg_mode,
+            config=actor,
+        )
         metrics = {**metrics, "actor/pg_loss": float(loss), "actor/grad_norm": abs(float(loss)) * 3}
         for key, value in metrics.items():
             out.setdefault(key, []).append(float(value))
     return out
 
 
-def write_run(path: Path, variant: str, global_steps: int, interval: int, prefetch: int = 1, drift: float = 0.02,
-              log_interval: int | None = None, nan_step: int | None = None, eval_n: int | None = 8) -> Path:
+def write_run(
+    path: Path,
+    variant: str,
+    global_steps: int,
+    interval: int,
+    prefetch: int = 1,
+    drift: float = 0.02,
+    log_interval: int | None = None,
+    nan_step: int | None = None,
+    eval_n: int | None = 8,
+) -> Path:
     """A run of ``variant`` at ``interval`` through the real loss, LagMetrics and verl's FileLogger.
 
     ``log_interval`` is the interval the lag metrics are scheduled with (default: ``interval``; a different
@@ -86,8 +101,9 @@ def write_run(path: Path, variant: str, global_steps: int, interval: int, prefet
     logger = FileLogger("sat_small_qwen3_1p7b", variant)
     os.environ.pop("VERL_FILE_LOGGER_PATH")
     if eval_n is not None:  # val_before_train: no actor/ keys
-        logger.log({f"val-core/aime2024/acc/mean@{eval_n}": 0.1, f"val-core/aime2024/acc/best@{eval_n}/mean": 0.3},
-                   step=0)
+        logger.log(
+            {f"val-core/aime2024/acc/mean@{eval_n}": 0.1, f"val-core/aime2024/acc/best@{eval_n}/mean": 0.3}, step=0
+        )
     for t in range(1, global_steps + 1):
         step_metrics: dict[str, list] = {}
         for local in range(interval):
@@ -95,8 +111,12 @@ def write_run(path: Path, variant: str, global_steps: int, interval: int, prefet
             version = scheduled_version(steps_done + 1, real, prefetch)  # who generated this batch
             span = VersionSpan.at(min(version, t - 1))
             for _ in range(GROUPS * SAMPLES):  # what SATLagReplayBuffer.sample records per trajectory
-                lag_metrics.record_consumed(sample_lag(t - 1, span), lag_in_steps(steps_done, span, interval),
-                                            scheduled_lag(steps_done + 1, interval, prefetch), response_tokens=TOKENS)
+                lag_metrics.record_consumed(
+                    sample_lag(t - 1, span),
+                    lag_in_steps(steps_done, span, interval),
+                    scheduled_lag(steps_done + 1, interval, prefetch),
+                    response_tokens=TOKENS,
+                )
             lag = lag_in_steps(steps_done, span, interval)
             for key, values in _loss_metrics(actor, lag, gen, drift, nan=t == nan_step).items():
                 step_metrics.setdefault(key, []).extend(values)
@@ -130,8 +150,15 @@ def test_a_healthy_sat_run_passes(tmp_path, variant, interval):
 def test_a_healthy_baseline_passes_and_skips_the_sat_rows(tmp_path):
     path = write_run(tmp_path / "gspo_lag8.jsonl", "gspo_lag8", global_steps=3, interval=8)
     results = _results(path, sat=False, interval=8)
-    assert results == {"training steps": True, "sat active": True, "gate rate": None, "d_pi": None,
-                       "finite losses": True, "lag schedule": True, "eval count": None}  # no documented count
+    assert results == {
+        "training steps": True,
+        "sat active": True,
+        "gate rate": None,
+        "d_pi": None,
+        "finite losses": True,
+        "lag schedule": True,
+        "eval count": None,
+    }  # no documented count
 
 
 def test_gate_rate_zero_fails(tmp_path):
@@ -171,16 +198,24 @@ def test_console_log_and_cli(tmp_path, capsys):
 
     path = write_run(tmp_path / "run.jsonl", "sat_grpo_lag8", global_steps=3, interval=8)
     console = tmp_path / "console.log"
-    console.write_text("".join(f"(TaskRunner pid=1) {concat_dict_to_str(r['data'], step=r['step'])}\nnoise\n"
-                               for r in map(json.loads, path.read_text().splitlines())))
+    console.write_text(
+        "".join(
+            f"(TaskRunner pid=1) {concat_dict_to_str(r['data'], step=r['step'])}\nnoise\n"
+            for r in map(json.loads, path.read_text().splitlines())
+        )
+    )
     assert [r.values for r in read_log(console)] == [r.values for r in read_log(path)]
     assert check_run_main([str(console), "--variant", "sat_grpo_lag8"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == "PASS" and any(line.split()[:3] == ["lag", "schedule", "PASS"] for line in out)
     assert check_run_main([str(console)]) == 2  # no variant in the name and no --sat/--baseline
     assert check_run_main([str(tmp_path / "missing.jsonl"), "--sat"]) == 2
-    proc = subprocess.run([sys.executable, "-m", "sat_ext.check_run", str(console), "--variant", "grpo_lag8"],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "sat_ext.check_run", str(console), "--variant", "grpo_lag8"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 1 and "FAIL: sat active" in proc.stdout  # a SAT log checked as a baseline
 
 
@@ -195,8 +230,10 @@ def test_sat_ext_check_run_dispatches(capsys):
 # --------------------------------------------------------------------------------------------- evaluation count
 
 
-@pytest.mark.parametrize("project,variant,documented", [("sat_small_qwen3_1p7b", "sat_grpo_lag1", 8),
-                                                         ("sat_aime_qwen3_30b", "sat_grpo_r3_lag1", 64)])
+@pytest.mark.parametrize(
+    "project,variant,documented",
+    [("sat_small_qwen3_1p7b", "sat_grpo_lag1", 8), ("sat_aime_qwen3_30b", "sat_grpo_r3_lag1", 64)],
+)
 def test_eval_count_is_checked_against_the_examples_config(tmp_path, capsys, project, variant, documented):
     """verl's file logger writes <root>/<project>/<experiment>.jsonl: the folder names the example, the file the
     variant, and the example's config its evaluation count (val_kwargs.n)."""
@@ -222,8 +259,12 @@ def test_eval_count_is_checked_against_the_examples_config(tmp_path, capsys, pro
 def test_variant_names_include_tis_r3_and_the_rollout_denominator_switch():
     from sat_ext.runlog import VARIANT_RE
 
-    for name, variant, lag in [("grpo_tis_r3_lag1", "grpo_tis_r3_lag1", 1), ("sat_gspo_r3_lag8", "sat_gspo_r3_lag8", 8),
-                               ("grpo_lag1_rollout_lp", "grpo_lag1", 1), ("dppo_tv_lag8", "dppo_tv_lag8", 8)]:
+    for name, variant, lag in [
+        ("grpo_tis_r3_lag1", "grpo_tis_r3_lag1", 1),
+        ("sat_gspo_r3_lag8", "sat_gspo_r3_lag8", 8),
+        ("grpo_lag1_rollout_lp", "grpo_lag1", 1),
+        ("dppo_tv_lag8", "dppo_tv_lag8", 8),
+    ]:
         m = VARIANT_RE.search(name)
         assert (m["variant"], int(m["lag"])) == (variant, lag), name
     assert Expectation.for_variant("sat_gspo_r3_lag8_rollout_lp").sequence_gate is True

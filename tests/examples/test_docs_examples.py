@@ -18,8 +18,12 @@ from sat_ext.example_configs import config_dir, example_for_project, variant_set
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 BIG, SMALL, OPENRLHF = "verl_aime_qwen3_30b", "verl_small_qwen3_1p7b", "openrlhf_aime_qwen3_30b"
-CHECKED = {"actor_rollout_ref.rollout.val_kwargs.n", "trainer.test_freq", "trainer.project_name",
-           "trainer.v1.separate_async.parameter_sync_step"}
+CHECKED = {
+    "actor_rollout_ref.rollout.val_kwargs.n",
+    "trainer.test_freq",
+    "trainer.project_name",
+    "trainer.v1.separate_async.parameter_sync_step",
+}
 
 
 def _text(path: str) -> str:
@@ -72,8 +76,10 @@ def test_the_30b_example_is_documented_as_configured(settings):
     assert f"every {every[8]} at lag 8** (`test_freq` 1" in readme
     top = _text("README.md")
     assert re.findall(r"(\d+) one-command variants", top) == [str(count)]
-    assert (f"mean over {n} samples per problem every {every[1]} optimizer steps at lag 1 and every {every[8]} at "
-            "lag 8" in top)
+    assert (
+        f"mean over {n} samples per problem every {every[1]} optimizer steps at lag 1 and every {every[8]} at "
+        "lag 8" in top
+    )
     assert f"at lag 1 and lag 8: {count} variants" in _text("examples/README.md")
 
 
@@ -86,8 +92,9 @@ def test_the_small_recipe_is_documented_as_configured(settings):
     assert f"AIME24 avg@{n} (`val-core/aime2024/acc/mean@{n}`;" in readme
     assert f"every {k} optimizer steps at both" in readme
     top = _text("README.md")
-    assert (f"{count} variants (GRPO, GSPO, SAT-GRPO, SAT-GSPO at lag 1 and lag 8), AIME 2024 avg@{n} every {k} "
-            "steps") in top
+    assert (
+        f"{count} variants (GRPO, GSPO, SAT-GRPO, SAT-GSPO at lag 1 and lag 8), AIME 2024 avg@{n} every {k} steps"
+    ) in top
 
 
 def test_the_openrlhf_example_is_documented_as_run_sh_sets_it(settings):

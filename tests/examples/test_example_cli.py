@@ -50,8 +50,9 @@ def test_list_path_and_bad_input(capsys):
     assert f"{VERL_EXAMPLE}\t26 variants" in capsys.readouterr().out.splitlines()
     assert main(["list", VERL_EXAMPLE]) == 0
     listed = capsys.readouterr().out.split()
-    run_sh = subprocess.run(["bash", str(REPO / "examples" / VERL_EXAMPLE / "run.sh"), "--list"],
-                            capture_output=True, text=True, check=True).stdout.split()
+    run_sh = subprocess.run(
+        ["bash", str(REPO / "examples" / VERL_EXAMPLE / "run.sh"), "--list"], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert listed == run_sh == variants(VERL_EXAMPLE) and len(listed) == 26
     assert main(["path", VERL_EXAMPLE]) == 0
     assert capsys.readouterr().out.strip() == str(REPO / "examples" / VERL_EXAMPLE / "config")
@@ -71,8 +72,13 @@ def test_written_folder_runs_on_its_own(tmp_path):
     assert not list(dest.rglob("__init__.py")) and not list(dest.rglob("__pycache__"))
     listed = subprocess.run(["bash", str(dest / "run.sh"), "--list"], capture_output=True, text=True, check=True)
     assert listed.stdout.split() == variants(VERL_EXAMPLE)
-    cmd = subprocess.run(["bash", str(dest / "run.sh"), "gspo_tis_lag8"], capture_output=True, text=True,
-                         check=True, env={**os.environ, "SAT_DRY_RUN": "1"}).stdout.splitlines()
+    cmd = subprocess.run(
+        ["bash", str(dest / "run.sh"), "gspo_tis_lag8"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SAT_DRY_RUN": "1"},
+    ).stdout.splitlines()
     assert cmd[3:7] == ["--config-path", str(dest / "config"), "--config-name", "gspo_tis_lag8"]
 
 
@@ -112,8 +118,12 @@ def _venv_without_sat_ext(root: Path) -> Path:
         if "sat_ext" not in entry.name.lower().replace("-", "_"):  # the dist-info, an editable install's hooks
             (farm / entry.name).symlink_to(entry)
     python = root / "venv" / "bin" / "python"
-    target = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    target = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(target) / "zz_sat_ext_test.pth").write_text(f"import site; site.addsitedir({str(farm)!r})\n")
     return python
 
@@ -121,30 +131,66 @@ def _venv_without_sat_ext(root: Path) -> Path:
 @pytest.mark.slow
 def test_installed_wheel_writes_and_composes_an_example(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"),
-                    str(REPO)], check=True, capture_output=True, timeout=300, env=env)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env=env,
+    )
     [wheel] = (tmp_path / "dist").glob("sat_ext-*.whl")
     python = _venv_without_sat_ext(tmp_path)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=300, env=env)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env=env,
+    )
     outside = tmp_path / "work"
     outside.mkdir()
     sat_ext_cli = python.parent / "sat-ext"
-    p = subprocess.run([str(sat_ext_cli), "example", "write", VERL_EXAMPLE, "recipe"], cwd=outside, env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [str(sat_ext_cli), "example", "write", VERL_EXAMPLE, "recipe"],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     written = outside / "recipe"
     assert sorted(p.name for p in (written / "config").glob("*_lag*.yaml")) == sorted(
-        f"{v}.yaml" for v in variants(VERL_EXAMPLE))
-    data = subprocess.run([str(python), str(written / "data" / "prepare_aime_dapo.py"), "--sample",
-                           "--out-dir", str(outside / "data"), "--no-openrlhf"], cwd=outside, env=env,
-                          capture_output=True, text=True, timeout=120)
+        f"{v}.yaml" for v in variants(VERL_EXAMPLE)
+    )
+    data = subprocess.run(
+        [
+            str(python),
+            str(written / "data" / "prepare_aime_dapo.py"),
+            "--sample",
+            "--out-dir",
+            str(outside / "data"),
+            "--no-openrlhf",
+        ],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert data.returncode == 0, data.stderr
     assert json.loads((outside / "data" / "manifest.json").read_text())["paper_train_rows"] == 30712
-    p = subprocess.run([str(python), "-c", _IN_VENV, str(written)], cwd=outside, env=env, capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(
+        [str(python), "-c", _IN_VENV, str(written)], cwd=outside, env=env, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     report = json.loads(p.stdout.strip().splitlines()[-1])
     assert report["sat_ext"].startswith(str(tmp_path / "venv")), report  # the installed wheel, not the checkout
-    assert report == {**report, "same": True, "loss": "sat_gspo", "sync": 8, "reward": "sat_ext.examples.math_reward",
-                      "dataset": "sat_ext.examples.verl_dataset"}  # the reward and the dataset class ship in the wheel
+    assert report == {
+        **report,
+        "same": True,
+        "loss": "sat_gspo",
+        "sync": 8,
+        "reward": "sat_ext.examples.math_reward",
+        "dataset": "sat_ext.examples.verl_dataset",
+    }  # the reward and the dataset class ship in the wheel

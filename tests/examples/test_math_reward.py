@@ -156,8 +156,9 @@ def test_threads_like_verl_and_openrlhf_call_it():
     t.join()
     assert errors and "threaded environment" in str(errors[0])
     with ThreadPoolExecutor(8) as ex:
-        scores = list(ex.map(lambda i: mr.compute_score("math_dapo", f"Answer: \\frac{{{i}}}{{2}}", str(i / 2)),
-                             range(40)))
+        scores = list(
+            ex.map(lambda i: mr.compute_score("math_dapo", f"Answer: \\frac{{{i}}}{{2}}", str(i / 2)), range(40))
+        )
     assert scores == [1.0] * 40
 
 
@@ -178,8 +179,13 @@ def test_stronger_than_verls_math_dapo_on_non_integer_answers():
     """What issue #23 names: math_dapo (the examples' earlier reward) compares normalised strings, so right answers
     in another form score wrong; this verifier scores them right and still rejects the wrong ones."""
     math_dapo = pytest.importorskip("verl.utils.reward_score.math_dapo")
-    forms = [("Answer: \\frac{1}{2}", "0.5"), ("Answer: 0.5", "\\frac{1}{2}"), ("Answer: 2\\sqrt{2}", "\\sqrt{8}"),
-             ("Answer: \\frac{\\sqrt{3}}{2}", "\\frac{\\sqrt3}2"), ("Answer: 0.75", "3/4")]
+    forms = [
+        ("Answer: \\frac{1}{2}", "0.5"),
+        ("Answer: 0.5", "\\frac{1}{2}"),
+        ("Answer: 2\\sqrt{2}", "\\sqrt{8}"),
+        ("Answer: \\frac{\\sqrt{3}}{2}", "\\frac{\\sqrt3}2"),
+        ("Answer: 0.75", "3/4"),
+    ]
     for response, gold in forms:
         assert not math_dapo.compute_score(response, gold)["acc"], response
         assert mr.compute_score("math_dapo", response, gold) == 1.0, response

@@ -22,8 +22,13 @@ LAGS = (1, 8)
 
 
 def _command(variant: str, lag: int, *extra: str, **env: str) -> list[str]:
-    out = subprocess.run(["bash", str(EXAMPLE / "run.sh"), variant, str(lag), *extra], capture_output=True,
-                         text=True, check=True, env={**os.environ, "SAT_DRY_RUN": "1", **env})
+    out = subprocess.run(
+        ["bash", str(EXAMPLE / "run.sh"), variant, str(lag), *extra],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SAT_DRY_RUN": "1", **env},
+    )
     return out.stdout.splitlines()
 
 
@@ -50,13 +55,18 @@ def _cases() -> dict[str, list[str]]:
 
 
 def _can_run_harness() -> bool:
-    return (importlib.util.find_spec("openrlhf") is not None and STUBS.exists()
-            and importlib.util.find_spec("sat_ext.openrlhf.train_ppo_ray") is not None)
+    return (
+        importlib.util.find_spec("openrlhf") is not None
+        and STUBS.exists()
+        and importlib.util.find_spec("sat_ext.openrlhf.train_ppo_ray") is not None
+    )
 
 
-BACKGROUND_USERS = ("test_example_flags_pass_openrlhfs_parser_and_sats_checks",
-                    "test_sat_config_built_from_the_example_flags",
-                    "test_the_launcher_refuses_the_example_without_rollout_logprobs")
+BACKGROUND_USERS = (
+    "test_example_flags_pass_openrlhfs_parser_and_sats_checks",
+    "test_sat_config_built_from_the_example_flags",
+    "test_the_launcher_refuses_the_example_without_rollout_logprobs",
+)
 
 
 def start_background():
@@ -113,7 +123,10 @@ def test_example_flags_pass_openrlhfs_parser_and_sats_checks(parsed, variant, la
     # OpenRLHF's IS correction on its ppo loss: ICEPOP mask for grpo, TIS (truncated at 2) for grpo_tis
     mode = {"grpo": ("mask", [0.5, 5.0]), "grpo_tis": ("clip", [0.0, 2.0])}.get(variant)
     if mode:
-        assert (adv["is_correction_mode"], adv["is_correction_threshold"], adv["is_correction_gating"]) == (*mode, "ratio")
+        assert (adv["is_correction_mode"], adv["is_correction_threshold"], adv["is_correction_gating"]) == (
+            *mode,
+            "ratio",
+        )
     # the paper's batch: 256 prompts x 16 samples per optimizer step; one rollout batch = one optimizer step
     r, t = a["rollout"], a["train"]
     assert (r["batch_size"], r["n_samples_per_prompt"], t["batch_size"]) == (256, 16, 4096)
@@ -123,22 +136,38 @@ def test_example_flags_pass_openrlhfs_parser_and_sats_checks(parsed, variant, la
     # asynchronous with sat_ext's lag modes: lag 1 = bounded at 1, lag 8 = a broadcast every 8 steps with the
     # rollout one batch ahead (data 1..8 steps old, the paper's and the verl example's schedule); the launcher
     # resolved OpenRLHF's queue to one batch (lag 1) and two (lag 8: prefetch 1 with evaluation on)
-    expected_lag = ({"mode": "bounded", "max_lag": 1} if lag == 1
-                    else {"mode": "interval", "interval": 8, "prefetch": 1})
+    expected_lag = {"mode": "bounded", "max_lag": 1} if lag == 1 else {"mode": "interval", "interval": 8, "prefetch": 1}
     assert a["lag"] == expected_lag
-    assert (f"[sat_ext] --lag.mode {expected_lag['mode']}:" in parsed[f"{variant}_lag{lag}"]["stdout"]
-            and "lag metrics under lag/" in parsed[f"{variant}_lag{lag}"]["stdout"])
-    assert t["async_enable"] is True and t["async_queue_size"] == {1: 1, 8: 2}[lag] and t["partial_rollout_enable"] is False
+    assert (
+        f"[sat_ext] --lag.mode {expected_lag['mode']}:" in parsed[f"{variant}_lag{lag}"]["stdout"]
+        and "lag metrics under lag/" in parsed[f"{variant}_lag{lag}"]["stdout"]
+    )
+    assert (
+        t["async_enable"] is True
+        and t["async_queue_size"] == {1: 1, 8: 2}[lag]
+        and t["partial_rollout_enable"] is False
+    )
     assert a["rollout"]["vllm_generate_batch_size"] == r["batch_size"]  # no oversampling: the lag stays bounded
     # eval: the mean over 64 samples per problem (App. F) every 5 optimizer steps (lag 1) / after every broadcast
     assert (a["eval"]["n_samples_per_prompt"], a["eval"]["temperature"]) == (64, 1.0)
     assert a["eval"]["steps"] == (5 if lag == 1 else 8)
     assert a["ckpt"]["save_steps"] % lag == 0  # lag 8: checkpoints (and resumes) at broadcast steps
     assert a["reward"]["remote_url"] == [str(EXAMPLE / "math_reward.py")]
-    assert (a["data"]["input_key"], a["data"]["label_key"], a["data"]["apply_chat_template"]) == ("prompt", "label", True)
+    assert (a["data"]["input_key"], a["data"]["label_key"], a["data"]["apply_chat_template"]) == (
+        "prompt",
+        "label",
+        True,
+    )
     if variant.startswith("sat"):
-        expected = {"quantile": 0.9, "quantile_rule": "inverse_cdf", "gate_scope": "micro", "kernel": "hill",
-                    "exponent": 2.0, "c_min": 0.0, "nonfinite": "mask"}
+        expected = {
+            "quantile": 0.9,
+            "quantile_rule": "inverse_cdf",
+            "gate_scope": "micro",
+            "kernel": "hill",
+            "exponent": 2.0,
+            "c_min": 0.0,
+            "nonfinite": "mask",
+        }
         if variant == "sat_gspo":
             expected["gspo_gate_level"] = "broadcast"
         assert a["sat"] == expected
@@ -151,8 +180,10 @@ def test_sat_config_built_from_the_example_flags(parsed):
     from sat_ext.openrlhf.config import sat_config
 
     a = _args(parsed, "sat_grpo_lag1")
-    assert _args(parsed, "sat_alias") == _args(parsed, "sat_grpo_lag8") | {"ckpt": _args(parsed, "sat_alias")["ckpt"],
-                                                                          "logger": _args(parsed, "sat_alias")["logger"]}
+    assert _args(parsed, "sat_alias") == _args(parsed, "sat_grpo_lag8") | {
+        "ckpt": _args(parsed, "sat_alias")["ckpt"],
+        "logger": _args(parsed, "sat_alias")["logger"],
+    }
     cfg = sat_config(*a["actor"]["eps_clip_low_high"], a["actor"]["dual_clip"], a["sat"])
     assert cfg == SATConfig(eps_low=0.2, eps_high=0.2, dual_clip=3.0, quantile=0.9)
     assert _args(parsed, "sat_quantile_override")["sat"]["quantile"] == 0.75

@@ -75,7 +75,10 @@ def test_train_rows_the_papers_union(out):
     assert all(rm["ground_truth"] == a[0] for rm, a in zip(train["reward_model"], answers))
     m = json.loads((out / "manifest.json").read_text())
     assert (m["train_rows_in"], m["train_duplicates_removed"], m["train_in_both_sources"]) == (
-        {"dapo": 7, "dolci": 5}, {"dapo": 2, "dolci": 0}, 1)
+        {"dapo": 7, "dolci": 5},
+        {"dapo": 2, "dolci": 0},
+        1,
+    )
     assert (m["train_aime_overlap_removed"], m["train_multi_answer_rows"], m["paper_train_rows"]) == (1, 1, 30712)
 
 
@@ -96,10 +99,17 @@ def test_verl_reads_the_files_through_the_examples_dataset_and_reward(out, tmp_p
 
     from sat_ext.examples.math_reward import compute_score
 
-    cfg = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 2048, "return_raw_chat": True,
-                            "filter_overlong_prompts": False, "truncation": "error", "cache_dir": str(out / "cache"),
-                            "custom_cls": {"path": "pkg://sat_ext.examples.verl_dataset",
-                                           "name": "ConfigCountDataset"}})
+    cfg = OmegaConf.create(
+        {
+            "prompt_key": "prompt",
+            "max_prompt_length": 2048,
+            "return_raw_chat": True,
+            "filter_overlong_prompts": False,
+            "truncation": "error",
+            "cache_dir": str(out / "cache"),
+            "custom_cls": {"path": "pkg://sat_ext.examples.verl_dataset", "name": "ConfigCountDataset"},
+        }
+    )
     dataset_cls = get_dataset_class(cfg)  # as the examples' data.custom_cls makes verl resolve it
     # a validation file written for another recipe (the earlier data script wrote __rollout_n__ = 8): the column
     # is dropped, so verl's V1 validation takes val_kwargs.n (trainer_base.py:1055-1057)
@@ -134,8 +144,17 @@ def test_openrlhf_files(out):
 def test_local_parquet_input_and_conflicting_answers(tmp_path):
     aime = pd.read_json(SAMPLE / "aime_2024.sample.jsonl", lines=True)
     aime.to_parquet(tmp_path / "aime.parquet")
-    res = _run("--out-dir", str(tmp_path / "o"), "--dapo", str(SAMPLE / "dapo_math_17k.sample.jsonl"),
-               "--aime", str(tmp_path / "aime.parquet"), "--dolci", "none", "--keep-train-dups")
+    res = _run(
+        "--out-dir",
+        str(tmp_path / "o"),
+        "--dapo",
+        str(SAMPLE / "dapo_math_17k.sample.jsonl"),
+        "--aime",
+        str(tmp_path / "aime.parquet"),
+        "--dolci",
+        "none",
+        "--keep-train-dups",
+    )
     assert res.returncode == 0, res.stderr
     assert "warning: 3 distinct AIME 2024 problems" in res.stderr  # not --sample: the real file has 30
     val = pd.read_parquet(tmp_path / "o" / "aime2024.parquet")

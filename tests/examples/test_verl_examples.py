@@ -53,13 +53,21 @@ IGNORED_PREFIXES = ("reward_model.", "custom_reward_function.", "sandbox_fusion.
 # not list. Checked against megatron.core's dataclasses when it is installed (a GPU machine); named here
 # otherwise (megatron-core is not installed on the CPU machine that runs these tests).
 MEGATRON_EXTRA = {
-    "actor_rollout_ref.actor.megatron.override_transformer_config.": ("megatron.core.transformer", "TransformerConfig",
-                                                                      {"moe_router_dtype", "attention_softmax_in_fp32"}),
-    "actor_rollout_ref.actor.megatron.override_ddp_config.": ("megatron.core.distributed",
-                                                              "DistributedDataParallelConfig", {"grad_reduce_in_fp32"}),
+    "actor_rollout_ref.actor.megatron.override_transformer_config.": (
+        "megatron.core.transformer",
+        "TransformerConfig",
+        {"moe_router_dtype", "attention_softmax_in_fp32"},
+    ),
+    "actor_rollout_ref.actor.megatron.override_ddp_config.": (
+        "megatron.core.distributed",
+        "DistributedDataParallelConfig",
+        {"grad_reduce_in_fp32"},
+    ),
     "actor_rollout_ref.actor.optim.override_optimizer_config.": (
-        "megatron.core.optimizer", "OptimizerConfig",
-        {"optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d"}),
+        "megatron.core.optimizer",
+        "OptimizerConfig",
+        {"optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d"},
+    ),
 }
 
 
@@ -153,21 +161,21 @@ def _sat_fields() -> set[str]:
 def _free_form_ok(key: str) -> bool:
     """A key under one of the free-form dicts the example uses, checked against what reads it."""
     if key.startswith("reward.reward_kwargs."):
-        return key[len("reward.reward_kwargs."):] in _dapo_reward_kwargs()
+        return key[len("reward.reward_kwargs.") :] in _dapo_reward_kwargs()
     for prefix, (module, cls, named) in MEGATRON_EXTRA.items():
         if key.startswith(prefix):
             megatron_fields = _megatron_fields(module, cls)
-            return key[len(prefix):] in (megatron_fields if megatron_fields is not None else named)
+            return key[len(prefix) :] in (megatron_fields if megatron_fields is not None else named)
     prefix = "actor_rollout_ref.actor.policy_loss."
     if key.startswith(prefix):
-        return key[len(prefix):] in _sat_fields()
+        return key[len(prefix) :] in _sat_fields()
     prefix = "trainer.v1.sampler.sampler_kwargs."
     if key.startswith(prefix):  # handed to the custom sampler, sat_ext's SATLagReplayBuffer
         from dataclasses import fields
 
         from sat_ext.lag import LagConfig
 
-        return key[len(prefix):] in {f.name for f in fields(LagConfig)}
+        return key[len(prefix) :] in {f.name for f in fields(LagConfig)}
     # Ray's runtime_env accepts env_vars; main_ppo merges it into its default runtime env.
     return key.startswith("ray_kwargs.ray_init.runtime_env.env_vars.")
 
@@ -182,8 +190,13 @@ def test_every_variant_is_listed_and_named_after_its_parts():
         assert raw["hydra"]["searchpath"] == ["pkg://verl.trainer.config"]
         choices = {k: v for d in raw["defaults"] if isinstance(d, dict) for k, v in d.items()}
         method, tis, r3, lag = re.fullmatch(r"(.+?)(_tis)?(_r3)?_lag(\d+)", name).groups()
-        assert choices == {"method": method, "routing": "r3" if r3 else "none", "tis": "token" if tis else "none",
-                           "lag": f"lag{lag}", "denominator": "rollout" if method == "dppo_tv" else "checkpoint"}
+        assert choices == {
+            "method": method,
+            "routing": "r3" if r3 else "none",
+            "tis": "token" if tis else "none",
+            "lag": f"lag{lag}",
+            "denominator": "rollout" if method == "dppo_tv" else "checkpoint",
+        }
         assert raw["defaults"][0] == "sat_aime_base" and raw["defaults"][-1] == "_self_"
         assert set(raw) == {"hydra", "defaults", "trainer"} and raw["trainer"] == {"experiment_name": name}
 
@@ -265,9 +278,12 @@ def _ref_config(cfg: DictConfig):
     from verl.utils.config import omega_conf_to_dataclass
 
     ref = OmegaConf.create(OmegaConf.to_container(cfg.actor_rollout_ref, resolve=True)).ref
-    renames = {"log_prob_micro_batch_size": "ppo_micro_batch_size",
-               "log_prob_micro_batch_size_per_gpu": "ppo_micro_batch_size_per_gpu",
-               "log_prob_use_dynamic_bsz": "use_dynamic_bsz", "log_prob_max_token_len_per_gpu": "ppo_max_token_len_per_gpu"}
+    renames = {
+        "log_prob_micro_batch_size": "ppo_micro_batch_size",
+        "log_prob_micro_batch_size_per_gpu": "ppo_micro_batch_size_per_gpu",
+        "log_prob_use_dynamic_bsz": "use_dynamic_bsz",
+        "log_prob_max_token_len_per_gpu": "ppo_max_token_len_per_gpu",
+    }
     for old, new in renames.items():
         ref[new] = ref.pop(old, None)
     ref.ppo_mini_batch_size = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
@@ -299,13 +315,17 @@ def test_variant_converts_like_verl(name, composed):
 
     # Every value the example sets reaches the dataclass verl builds from it.
     ref = _ref_config(cfg)
-    sections = {"actor_rollout_ref.actor.": actor, "actor_rollout_ref.rollout.": rollout, "algorithm.": algo,
-                "actor_rollout_ref.ref.": ref}
+    sections = {
+        "actor_rollout_ref.actor.": actor,
+        "actor_rollout_ref.rollout.": rollout,
+        "algorithm.": algo,
+        "actor_rollout_ref.ref.": ref,
+    }
     for key, raw_value in _example_keys_for(name).items():
         expected = _lookup(resolved, key)[1]
         for prefix, obj in sections.items():
             if key.startswith(prefix):
-                got = _attr(obj, key[len(prefix):])
+                got = _attr(obj, key[len(prefix) :])
                 if key.endswith("._target_") or ".override_" in key:  # free-form dicts: checked above
                     continue
                 got = list(got) if isinstance(got, (list, tuple)) else got
@@ -318,11 +338,12 @@ def test_variant_converts_like_verl(name, composed):
 
 @pytest.mark.parametrize("name", [v for v in VARIANTS if v.startswith("sat_")])
 def test_sat_variants_get_sats_intended_config(name, composed):
-    from sat_ext.core import SATConfig
-    from sat_ext.verl.config import SATPolicyLossConfig, sat_config_for
-    from sat_ext.verl.config import compute_policy_loss_sat, compute_policy_loss_sat_gspo
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
     from verl.utils.config import omega_conf_to_dataclass
+
+    from sat_ext.core import SATConfig
+    from sat_ext.verl.config import SATPolicyLossConfig, sat_config_for
+    from sat_ext.verl.loss import compute_policy_loss_sat, compute_policy_loss_sat_gspo
 
     actor = omega_conf_to_dataclass(composed[name].actor_rollout_ref.actor)
     pl = actor.policy_loss
@@ -336,8 +357,12 @@ def test_sat_variants_get_sats_intended_config(name, composed):
     all_knobs = {f[4:] for f in _sat_fields() if f.startswith("sat_")}
     # Every knob is spelled out (gspo_gate_level only where it applies).
     assert set(knobs) == (all_knobs if loss == "sat_gspo" else all_knobs - {"gspo_gate_level"})
-    expected = SATConfig(eps_low=a["clip_ratio_low"], eps_high=a["clip_ratio_high"],
-                         dual_clip=a["clip_ratio_c"] if loss == "sat" else None, **knobs)
+    expected = SATConfig(
+        eps_low=a["clip_ratio_low"],
+        eps_high=a["clip_ratio_high"],
+        dual_clip=a["clip_ratio_c"] if loss == "sat" else None,
+        **knobs,
+    )
     assert sat_config_for(actor, loss) == expected
     if loss == "sat":
         assert (expected.eps_low, expected.eps_high, expected.dual_clip) == (0.2, 0.2, 3.0)
@@ -356,12 +381,12 @@ APP_F = {
     "optimizer": ("adam", (0.9, 0.98), 1e-6, 0, "constant", 0.0),  # betas, constant lr, no warm-up; wd: choice
     "kl": (True, "low_var_kl", 1e-3),
     "entropy_coeff": 0.0,
-    "train_gpus": (1, 4),     # one node; GPUs 0-3 train
-    "rollout_gpus": (1, 4),   # GPUs 4-7 roll out
+    "train_gpus": (1, 4),  # one node; GPUs 0-3 train
+    "rollout_gpus": (1, 4),  # GPUs 4-7 roll out
     "parallel": {"tp": 4, "pp": 1, "cp": 1, "ep": 4, "etp": 1, "sp": True},
     "precision": ("bfloat16", True, True, "flash"),  # bf16, fp32 grad all-reduce, fp32 softmax, FlashAttention
     "sglang_mem_fraction": 0.85,
-    "batch": (256, 16, 1),    # prompts x samples per optimizer step, one update per batch
+    "batch": (256, 16, 1),  # prompts x samples per optimizer step, one update per batch
     "optimizer_steps": 544,
     "response_cap": 32768,
     "dynamic_batch_tokens_per_gpu": 32768,
@@ -377,22 +402,35 @@ TABLE_1 = {  # method -> (loss, radii or DPPO's delta, Table 9's rollout log-pro
     "sat_gspo": ("sat_gspo", (0.2, 0.2), False, True),
 }
 TABLE_1_ROWS = [  # (method, TIS, R3): the 13 rows of Table 1
-    ("grpo", False, False), ("gspo", False, False), ("grpo", False, True), ("gspo", False, True),
-    ("grpo", True, False), ("gspo", True, False), ("grpo", True, True), ("gspo", True, True),
-    ("dppo_tv", False, False), ("sat_grpo", False, False), ("sat_gspo", False, False),
-    ("sat_grpo", False, True), ("sat_gspo", False, True),
+    ("grpo", False, False),
+    ("gspo", False, False),
+    ("grpo", False, True),
+    ("gspo", False, True),
+    ("grpo", True, False),
+    ("gspo", True, False),
+    ("grpo", True, True),
+    ("gspo", True, True),
+    ("dppo_tv", False, False),
+    ("sat_grpo", False, False),
+    ("sat_gspo", False, False),
+    ("sat_grpo", False, True),
+    ("sat_gspo", False, True),
 ]
 TIS_CAP = 2.0  # the paper does not state C: verl's default (choice)
 PAPER = {
     f"{method}{'_tis' if tis else ''}{'_r3' if r3 else ''}_lag{lag}": {
         **APP_F,
-        "loss": TABLE_1[method][0], "radii": TABLE_1[method][1],
+        "loss": TABLE_1[method][0],
+        "radii": TABLE_1[method][1],
         "denominator": "rollout" if TABLE_1[method][2] else "checkpoint",
-        "sat": TABLE_1[method][3], "r3": r3, "tis": ("token", TIS_CAP) if tis else None,
+        "sat": TABLE_1[method][3],
+        "r3": r3,
+        "tis": ("token", TIS_CAP) if tis else None,
         "lag": (lag, 1),  # a broadcast every `lag` optimizer steps, the rollout one batch ahead
         "eval": (EVAL_N, EVAL_EVERY[lag]),
     }
-    for method, tis, r3 in TABLE_1_ROWS for lag in (1, 8)
+    for method, tis, r3 in TABLE_1_ROWS
+    for lag in (1, 8)
 }
 
 
@@ -408,18 +446,32 @@ def _settings(cfg: DictConfig) -> dict:
     kw = tr.v1.sampler.sampler_kwargs
     assert (kw.mode, kw.interval) == ("interval", sync)
     return {
-        "optimizer": (opt.optimizer, tuple(opt.betas), opt.lr, opt.lr_warmup_steps_ratio + max(opt.lr_warmup_steps, 0),
-                      opt.lr_decay_style, opt.weight_decay),
+        "optimizer": (
+            opt.optimizer,
+            tuple(opt.betas),
+            opt.lr,
+            opt.lr_warmup_steps_ratio + max(opt.lr_warmup_steps, 0),
+            opt.lr_decay_style,
+            opt.weight_decay,
+        ),
         "kl": (actor.use_kl_loss, actor.kl_loss_type, actor.kl_loss_coef),
         "entropy_coeff": actor.entropy_coeff,
         "train_gpus": (tr.nnodes, tr.n_gpus_per_node),
         "rollout_gpus": (ro.nnodes, ro.n_gpus_per_node),
-        "parallel": {"tp": mg.tensor_model_parallel_size, "pp": mg.pipeline_model_parallel_size,
-                     "cp": mg.context_parallel_size, "ep": mg.expert_model_parallel_size,
-                     "etp": mg.expert_tensor_parallel_size, "sp": mg.sequence_parallel},
-        "precision": (mg.dtype, mg.override_ddp_config["grad_reduce_in_fp32"],
-                      mg.override_transformer_config["attention_softmax_in_fp32"],
-                      mg.override_transformer_config["attention_backend"]),
+        "parallel": {
+            "tp": mg.tensor_model_parallel_size,
+            "pp": mg.pipeline_model_parallel_size,
+            "cp": mg.context_parallel_size,
+            "ep": mg.expert_model_parallel_size,
+            "etp": mg.expert_tensor_parallel_size,
+            "sp": mg.sequence_parallel,
+        },
+        "precision": (
+            mg.dtype,
+            mg.override_ddp_config["grad_reduce_in_fp32"],
+            mg.override_transformer_config["attention_softmax_in_fp32"],
+            mg.override_transformer_config["attention_backend"],
+        ),
         "sglang_mem_fraction": ro.gpu_memory_utilization,
         "batch": (actor.ppo_mini_batch_size, ro.n, actor.ppo_epochs),
         "optimizer_steps": tr.total_training_steps * sync,
@@ -456,7 +508,9 @@ def test_variant_is_the_papers_row(name, composed):
     assert cfg.data.train_batch_size == tr.v1.separate_async.parameter_sync_step * aa.ppo_mini_batch_size
     assert ro.checkpoint_engine.backend != "naive" and tr.v1.sampler.max_off_policy_threshold is None
     assert (tr.v1.sampler.custom_sampler.path, tr.v1.sampler.custom_sampler.name) == (
-        "pkg://sat_ext.verl.lag_sampler", "SATLagReplayBuffer")
+        "pkg://sat_ext.verl.lag_sampler",
+        "SATLagReplayBuffer",
+    )
 
 
 def test_the_paper_table_has_26_rows_and_the_papers_numbers():
@@ -476,9 +530,10 @@ def rollout_denominator() -> dict[str, DictConfig]:
 
 
 def test_rollout_denominator_switch_on_every_grpo_gspo_sat_variant(rollout_denominator):
+    from verl.utils.config import validate_config
+
     from sat_ext.lag import LagConfigError
     from sat_ext.verl.lag_overrides import check_verl_config
-    from verl.utils.config import validate_config
 
     assert len(rollout_denominator) == 24
     for name, cfg in rollout_denominator.items():
@@ -492,7 +547,8 @@ def test_rollout_denominator_switch_on_every_grpo_gspo_sat_variant(rollout_denom
         validate_config(cfg, use_reference_policy=True, use_critic=False)
         # everything but the denominator is the variant's
         assert {k: v for k, v in _settings(cfg).items() if k != "denominator"} == {
-            k: v for k, v in PAPER[name].items() if k != "denominator"}
+            k: v for k, v in PAPER[name].items() if k != "denominator"
+        }
 
 
 def test_gspo_sequence_kl_is_verls_token_kl_under_its_aggregation():
@@ -520,7 +576,10 @@ def test_gspo_sequence_kl_is_verls_token_kl_under_its_aggregation():
         torch.testing.assert_close(grads[0][1], grads[1][1])
 
 
-_LAG_BLOCKS = {1: {"mode": "interval", "interval": 1, "prefetch": 1}, 8: {"mode": "interval", "interval": 8, "prefetch": 1}}
+_LAG_BLOCKS = {
+    1: {"mode": "interval", "interval": 1, "prefetch": 1},
+    8: {"mode": "interval", "interval": 8, "prefetch": 1},
+}
 
 
 @pytest.mark.parametrize("lag", sorted(_LAG_BLOCKS))
@@ -534,21 +593,24 @@ def test_lag_files_are_sat_ext_lags_translation(lag, composed):
     translations = {}
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
         for denominator in ("checkpoint", "rollout"):
-            overrides = verl_overrides(block, train_batch_size=256, eval_every=EVAL_EVERY[lag],
-                                       denominator=denominator)
+            overrides = verl_overrides(block, train_batch_size=256, eval_every=EVAL_EVERY[lag], denominator=denominator)
             translations[denominator] = overrides, compose("ppo_megatron_trainer", overrides=overrides)
     for name in (v for v in VARIANTS if v.endswith(f"_lag{lag}")):
         denominator = PAPER[name]["denominator"]
         overrides, translated = translations[denominator]
         keys = [o.lstrip("+").split("=", 1)[0] for o in overrides]
-        files = _set_keys(CONFIG_DIR / "lag" / f"lag{lag}.yaml") | _set_keys(CONFIG_DIR / "denominator" / f"{denominator}.yaml")
+        files = _set_keys(CONFIG_DIR / "lag" / f"lag{lag}.yaml") | _set_keys(
+            CONFIG_DIR / "denominator" / f"{denominator}.yaml"
+        )
         assert set(keys) <= set(files)  # the two group files set them all
         cfg = composed[name]
         for key in keys:
             assert OmegaConf.select(cfg, key) == OmegaConf.select(translated, key), (name, key)
         mode = cfg.trainer.v1.trainer_mode
-        check_compatible(LagConfig.from_dict(OmegaConf.to_container(cfg.trainer.v1.sampler.sampler_kwargs)),
-                         verl_engine_settings(mode, cfg.trainer.v1[BASE_MODE]))
+        check_compatible(
+            LagConfig.from_dict(OmegaConf.to_container(cfg.trainer.v1.sampler.sampler_kwargs)),
+            verl_engine_settings(mode, cfg.trainer.v1[BASE_MODE]),
+        )
         assert check_verl_config(cfg) == {}
 
 
@@ -567,24 +629,42 @@ LOG_ROOT_OVERRIDE = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_
 
 
 def _dry_run(*args: str, **env: str) -> list[str]:
-    out = subprocess.run(["bash", str(EXAMPLE / "run.sh"), *args], capture_output=True, text=True, check=True,
-                         env={**os.environ, "SAT_DRY_RUN": "1", "PYTHON": sys.executable, **env})
+    out = subprocess.run(
+        ["bash", str(EXAMPLE / "run.sh"), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SAT_DRY_RUN": "1", "PYTHON": sys.executable, **env},
+    )
     return out.stdout.splitlines()
 
 
 def test_run_sh_builds_the_main_ppo_command(tmp_path):
     log_root = f"{LOG_ROOT_OVERRIDE}{tmp_path}"
     cmd = _dry_run("sat_gspo_r3_lag8", "trainer.logger=[console,wandb]", SAT_LOG_DIR=str(tmp_path))
-    assert cmd[1:7] == ["-m", "sat_ext.verl.main_ppo", "--config-path", str(CONFIG_DIR), "--config-name",
-                        "sat_gspo_r3_lag8"]
+    assert cmd[1:7] == [
+        "-m",
+        "sat_ext.verl.main_ppo",
+        "--config-path",
+        str(CONFIG_DIR),
+        "--config-name",
+        "sat_gspo_r3_lag8",
+    ]
     assert cmd[7:] == ["trainer.logger=[console,wandb]", log_root]
     # App. E.6's switch names the run apart from its paper-denominator twin, unless the caller names it
     assert _dry_run("grpo_lag1", "denominator=rollout", SAT_LOG_DIR=str(tmp_path))[7:] == [
-        "denominator=rollout", "trainer.experiment_name=grpo_lag1_rollout_lp", log_root]
+        "denominator=rollout",
+        "trainer.experiment_name=grpo_lag1_rollout_lp",
+        log_root,
+    ]
     assert _dry_run("grpo_lag1", "denominator=rollout", "trainer.experiment_name=x", SAT_LOG_DIR=str(tmp_path))[7:] == [
-        "denominator=rollout", "trainer.experiment_name=x", log_root]
-    listed = subprocess.run(["bash", str(EXAMPLE / "run.sh"), "--list"], capture_output=True, text=True,
-                            check=True).stdout.split()
+        "denominator=rollout",
+        "trainer.experiment_name=x",
+        log_root,
+    ]
+    listed = subprocess.run(
+        ["bash", str(EXAMPLE / "run.sh"), "--list"], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert listed == VARIANTS and len(listed) == 26
     bad = subprocess.run(["bash", str(EXAMPLE / "run.sh"), "no_such_variant"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown variant" in bad.stderr
@@ -594,14 +674,27 @@ def test_run_sh_takes_overrides_and_options_in_any_order(tmp_path):
     """Issue #23: `run.sh VARIANT denominator=rollout --cfg job` failed ("unrecognized arguments": run.sh appended
     its own override after the option). Every order gives Hydra the overrides first, then the options."""
     log_root = f"{LOG_ROOT_OVERRIDE}{tmp_path}"
-    want = ["denominator=rollout", "trainer.total_training_steps=3", "trainer.experiment_name=grpo_lag1_rollout_lp",
-            log_root, "--cfg", "job", "--resolve"]
-    for order in (["denominator=rollout", "--cfg", "job", "trainer.total_training_steps=3", "--resolve"],
-                  ["--cfg", "job", "denominator=rollout", "--resolve", "trainer.total_training_steps=3"],
-                  ["denominator=rollout", "trainer.total_training_steps=3", "--cfg", "job", "--resolve"]):
+    want = [
+        "denominator=rollout",
+        "trainer.total_training_steps=3",
+        "trainer.experiment_name=grpo_lag1_rollout_lp",
+        log_root,
+        "--cfg",
+        "job",
+        "--resolve",
+    ]
+    for order in (
+        ["denominator=rollout", "--cfg", "job", "trainer.total_training_steps=3", "--resolve"],
+        ["--cfg", "job", "denominator=rollout", "--resolve", "trainer.total_training_steps=3"],
+        ["denominator=rollout", "trainer.total_training_steps=3", "--cfg", "job", "--resolve"],
+    ):
         assert _dry_run("grpo_lag1", *order, SAT_LOG_DIR=str(tmp_path))[7:] == want, order
-    bad = subprocess.run(["bash", str(EXAMPLE / "run.sh"), "grpo_lag1"], capture_output=True, text=True,
-                         env={**os.environ, "SAT_DRY_RUN": "1", "PYTHON": "/bin/false", "SAT_LOG_DIR": str(tmp_path)})
+    bad = subprocess.run(
+        ["bash", str(EXAMPLE / "run.sh"), "grpo_lag1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SAT_DRY_RUN": "1", "PYTHON": "/bin/false", "SAT_LOG_DIR": str(tmp_path)},
+    )
     assert bad.returncode == 2 and "cannot import sat_ext" in bad.stderr
 
 
@@ -609,16 +702,29 @@ def test_hydra_argv_knows_hydras_options():
     """sat_ext.example_configs' list of Hydra options that take a value is Hydra's own (its parser)."""
     from hydra._internal.utils import get_args_parser
 
-    from sat_ext.example_configs import (HYDRA_INFO_CHOICES, HYDRA_INFO_OPTIONS, HYDRA_VALUE_OPTIONS, hydra_argv)
+    from sat_ext.example_configs import HYDRA_INFO_CHOICES, HYDRA_INFO_OPTIONS, HYDRA_VALUE_OPTIONS, hydra_argv
 
     actions = [a for a in get_args_parser()._actions if a.option_strings]
-    valued = {o for a in actions if a.nargs is None and not isinstance(a.const, bool) and a.const is None
-              and a.__class__.__name__ == "_StoreAction" for o in a.option_strings}
+    valued = {
+        o
+        for a in actions
+        if a.nargs is None
+        and not isinstance(a.const, bool)
+        and a.const is None
+        and a.__class__.__name__ == "_StoreAction"
+        for o in a.option_strings
+    }
     info = next(a for a in actions if "--info" in a.option_strings)
     assert valued == HYDRA_VALUE_OPTIONS
     assert set(info.option_strings) == HYDRA_INFO_OPTIONS and set(info.choices) == HYDRA_INFO_CHOICES
-    assert hydra_argv(["--info", "a=1", "-i", "config", "--cfg=job", "b=2"]) == ["a=1", "b=2", "--info", "-i",
-                                                                                 "config", "--cfg=job"]
+    assert hydra_argv(["--info", "a=1", "-i", "config", "--cfg=job", "b=2"]) == [
+        "a=1",
+        "b=2",
+        "--info",
+        "-i",
+        "config",
+        "--cfg=job",
+    ]
 
 
 def test_run_sh_overrides_compose(tmp_path):
@@ -641,8 +747,16 @@ def start_background():
     from _background import start
 
     def build(workdir: Path) -> list[str]:
-        return ["bash", str(EXAMPLE / "run.sh"), "sat_gspo_r3_lag1", "denominator=rollout", "--cfg", "job",
-                "trainer.total_training_steps=3", "--resolve"]
+        return [
+            "bash",
+            str(EXAMPLE / "run.sh"),
+            "sat_gspo_r3_lag1",
+            "denominator=rollout",
+            "--cfg",
+            "job",
+            "trainer.total_training_steps=3",
+            "--resolve",
+        ]
 
     env = {**os.environ, "PYTHON": sys.executable, "SAT_DATA_DIR": "/data/sat_aime_test", "SAT_LOG_DIR": "logs"}
     return start(build, env=env)

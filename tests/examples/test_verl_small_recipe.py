@@ -21,7 +21,6 @@ pytest.importorskip("verl")
 import verl  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
-
 from test_verl_examples import (  # noqa: E402
     IGNORED_PREFIXES,
     _free_form_ok,
@@ -42,8 +41,10 @@ COMMON = {
     "actor_rollout_ref.model.path": f"{os.environ['HOME']}/models/Qwen3-1.7B-Base",
     "actor_rollout_ref.actor.strategy": "fsdp",
     "actor_rollout_ref.rollout.name": "vllm",
-    "trainer.nnodes": 1, "trainer.n_gpus_per_node": 4,  # GPUs 0-3 train
-    "actor_rollout_ref.rollout.nnodes": 1, "actor_rollout_ref.rollout.n_gpus_per_node": 4,  # GPUs 4-7 roll out
+    "trainer.nnodes": 1,
+    "trainer.n_gpus_per_node": 4,  # GPUs 0-3 train
+    "actor_rollout_ref.rollout.nnodes": 1,
+    "actor_rollout_ref.rollout.n_gpus_per_node": 4,  # GPUs 4-7 roll out
     "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
     "actor_rollout_ref.rollout.gpu_memory_utilization": 0.85,
     "actor_rollout_ref.hybrid_engine": False,
@@ -74,7 +75,8 @@ COMMON = {
     "trainer.v1.sampler.sampler_kwargs.prefetch": 1,
     "actor_rollout_ref.rollout.val_kwargs.n": 8,
     # the count is val_kwargs.n whatever the data file; App. F's verifier as the reward
-    "data.custom_cls.path": "pkg://sat_ext.examples.verl_dataset", "data.custom_cls.name": "ConfigCountDataset",
+    "data.custom_cls.path": "pkg://sat_ext.examples.verl_dataset",
+    "data.custom_cls.name": "ConfigCountDataset",
     "reward.custom_reward_function.path": "pkg://sat_ext.examples.math_reward",
     "reward.custom_reward_function.name": "compute_score",
     "actor_rollout_ref.rollout.val_kwargs.temperature": 1.0,
@@ -96,16 +98,18 @@ def _row(method: str, lag: int) -> dict:
     loss, agg, dual = LOSS[method]
     interval, batch, steps, test_freq = LAG[lag]
     row = dict(COMMON)
-    row.update({
-        "actor_rollout_ref.actor.policy_loss.loss_mode": loss,
-        "actor_rollout_ref.actor.loss_agg_mode": agg,
-        "trainer.v1.separate_async.parameter_sync_step": interval,
-        "trainer.v1.sampler.sampler_kwargs.interval": interval,
-        "data.train_batch_size": batch,
-        "trainer.total_training_steps": steps,
-        "trainer.test_freq": test_freq,
-        "trainer.experiment_name": f"{method}_lag{lag}",
-    })
+    row.update(
+        {
+            "actor_rollout_ref.actor.policy_loss.loss_mode": loss,
+            "actor_rollout_ref.actor.loss_agg_mode": agg,
+            "trainer.v1.separate_async.parameter_sync_step": interval,
+            "trainer.v1.sampler.sampler_kwargs.interval": interval,
+            "data.train_batch_size": batch,
+            "trainer.total_training_steps": steps,
+            "trainer.test_freq": test_freq,
+            "trainer.experiment_name": f"{method}_lag{lag}",
+        }
+    )
     if dual is not None:
         row["actor_rollout_ref.actor.clip_ratio_c"] = dual
     if method.startswith("sat"):
@@ -205,8 +209,7 @@ def test_lag_files_are_sat_ext_lags_translation(lag, composed):
     from sat_ext.lag import LagConfig
     from sat_ext.verl.lag_overrides import verl_overrides
 
-    overrides = verl_overrides(LagConfig(mode="interval", interval=lag, prefetch=1), train_batch_size=64,
-                               eval_every=16)
+    overrides = verl_overrides(LagConfig(mode="interval", interval=lag, prefetch=1), train_batch_size=64, eval_every=16)
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
         translated = compose("ppo_trainer", overrides=overrides)
     keys = [o.lstrip("+").split("=", 1)[0] for o in overrides]
@@ -217,22 +220,36 @@ def test_lag_files_are_sat_ext_lags_translation(lag, composed):
 
 
 def _dry_run(*args: str, **env: str) -> list[str]:
-    out = subprocess.run(["bash", str(EXAMPLE / "run.sh"), *args], capture_output=True, text=True, check=True,
-                         env={**os.environ, "SAT_DRY_RUN": "1", "PYTHON": sys.executable, **env})
+    out = subprocess.run(
+        ["bash", str(EXAMPLE / "run.sh"), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SAT_DRY_RUN": "1", "PYTHON": sys.executable, **env},
+    )
     return out.stdout.splitlines()
 
 
 def test_run_sh_command_composes(tmp_path):
     cmd = _dry_run("sat_grpo_lag8", "trainer.logger=[console,file,wandb]", SAT_LOG_DIR=str(tmp_path / "logs"))
-    assert cmd[1:7] == ["-m", "sat_ext.verl.main_ppo", "--config-path", str(CONFIG_DIR), "--config-name",
-                        "sat_grpo_lag8"]
-    assert cmd[7:] == [f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_ROOT={tmp_path / 'logs'}",
-                       "trainer.logger=[console,file,wandb]"]
+    assert cmd[1:7] == [
+        "-m",
+        "sat_ext.verl.main_ppo",
+        "--config-path",
+        str(CONFIG_DIR),
+        "--config-name",
+        "sat_grpo_lag8",
+    ]
+    assert cmd[7:] == [
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_ROOT={tmp_path / 'logs'}",
+        "trainer.logger=[console,file,wandb]",
+    ]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose("sat_grpo_lag8", overrides=cmd[7:])
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_ROOT == str(tmp_path / "logs")
-    listed = subprocess.run(["bash", str(EXAMPLE / "run.sh"), "--list"], capture_output=True, text=True,
-                            check=True).stdout.split()
+    listed = subprocess.run(
+        ["bash", str(EXAMPLE / "run.sh"), "--list"], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert listed == VARIANTS
     bad = subprocess.run(["bash", str(EXAMPLE / "run.sh"), "nope_lag1"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown variant" in bad.stderr

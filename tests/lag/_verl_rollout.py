@@ -28,8 +28,16 @@ class Rollout:
     """``slots`` concurrent requests; each prompt group of ``n`` sessions takes a log-normal time, and every
     ``straggler_every``-th group started (0: none) 40 times the median (a long answer that always crosses steps)."""
 
-    def __init__(self, slots: int, n: int, seed: int, median_s: float, sigma: float, fail_rate: float = 0.0,
-                 straggler_every: int = 0):
+    def __init__(
+        self,
+        slots: int,
+        n: int,
+        seed: int,
+        median_s: float,
+        sigma: float,
+        fail_rate: float = 0.0,
+        straggler_every: int = 0,
+    ):
         tq.init()  # attaches to the driver's TransferQueue
         self.slots, self.n, self.median_s, self.sigma, self.fail_rate = slots, n, median_s, sigma, fail_rate
         self.straggler_every, self.started = straggler_every, 0
@@ -124,8 +132,9 @@ class DriveResult:
         return bad
 
 
-def drive(sampler, rollout, global_steps: int, sync_every: int, batch_size: int, warmup_prompts: int,
-          drain: bool) -> DriveResult:
+def drive(
+    sampler, rollout, global_steps: int, sync_every: int, batch_size: int, warmup_prompts: int, drain: bool
+) -> DriveResult:
     """verl V1 ``fit``'s calls on the replay buffer, with ``rollout`` generating."""
     out = DriveResult()
     step = [1]

@@ -8,6 +8,16 @@ from dataclasses import dataclass, field
 from sat_ext.lag import LagConfig, LagController, VersionSpan
 
 
+def controller_stats(ctl: LagController) -> dict[str, int]:
+    """Counts the tests check (from the controller's internals): opened and not consumed, of which ready
+    (submitted), and the id counter."""
+    return {
+        "open": len(ctl._samples),
+        "ready": sum(1 for s in ctl._samples.values() if s.span is not None),
+        "next_id": ctl._next_id,
+    }
+
+
 @dataclass
 class SimResult:
     consumed: list[tuple[int, int, int, int]] = field(default_factory=list)  # (step, sample_id, lag, lag_steps)
@@ -60,7 +70,7 @@ def simulate(
                     if rng.random() < straggler_prob:
                         duration *= straggler_factor
                     busy[i] = (claim, now + duration)
-        res.max_outstanding = max(res.max_outstanding, ctl.stats()["open"])
+        res.max_outstanding = max(res.max_outstanding, controller_stats(ctl)["open"])
         if trainer_state == "take":
             batch = ctl.take()
             if batch is not None:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from sat_ext.lag import Claim, LagConfig, LagController, LagProtocolError, VersionSpan, lag_in_steps, sample_lag
 from sat_ext.lag.schedule import bounded_admits, scheduled_lag, scheduled_version
 
-from .sim import simulate
+from .sim import controller_stats, simulate
 
 
 def _step(ctl: LagController) -> dict[str, float]:
@@ -241,7 +241,7 @@ def test_bounded_simulation_with_stragglers_exercises_the_consumption_check():
     res = simulate(cfg, seed=7, steps=150, producers=6, slow_producers=2, straggler_prob=0.25)
     assert max(lag for _, _, lag, _ in res.consumed) == 1  # the bound is reached...
     assert res.metrics[-1]["lag/dropped_total"] > 0  # ...and samples over it were dropped, not trained on
-    stats = res.controller.stats()
+    stats = controller_stats(res.controller)
     # conservation: every sample ever opened is consumed, dropped, or still open (in flight or ready)
     assert len(res.consumed) + res.metrics[-1]["lag/dropped_total"] + stats["open"] == stats["next_id"]
 
@@ -293,7 +293,7 @@ def test_a_take_that_raises_loses_no_sample():
     ctl.record_sync()
     with pytest.raises(AssertionError, match="lag 1 > lag.max_lag=0"):
         ctl.take()
-    assert ctl.stats()["ready"] == 1 and ctl.pop_metrics()["lag/consumed"] == 0.0
+    assert controller_stats(ctl)["ready"] == 1 and ctl.pop_metrics()["lag/consumed"] == 0.0
 
 
 def test_schedule_metrics_cover_every_optimizer_step_of_the_logged_step():
@@ -304,6 +304,9 @@ def test_schedule_metrics_cover_every_optimizer_step_of_the_logged_step():
         metrics.record_consumed(1, lag_steps, scheduled=(1, lag_steps))
     out = metrics.flush(version=3, trainer_step=6)
     assert (out["lag/scheduled_steps/min"], out["lag/scheduled_steps/mean"], out["lag/scheduled_steps/max"]) == (
-        1.0, 5 / 3, 2.0)
+        1.0,
+        5 / 3,
+        2.0,
+    )
     assert out["lag/scheduled/max"] == 1.0 and out["lag/off_schedule"] == 0.0
     assert "lag/scheduled" not in out and "lag/scheduled_steps" not in out

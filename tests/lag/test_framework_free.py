@@ -1,4 +1,5 @@
-"""The lag core imports only the standard library (the verl and OpenRLHF adapters live in sat_ext.verl / sat_ext.openrlhf)."""
+"""The lag core imports only the standard library (the verl and OpenRLHF adapters live in sat_ext.verl /
+sat_ext.openrlhf)."""
 
 from __future__ import annotations
 

@@ -128,7 +128,11 @@ def test_translation_errors(block, kwargs, message):
 @pytest.mark.parametrize(
     "lag,extra,key",
     [
-        ({"mode": "bounded", "max_lag": 1}, ["actor_rollout_ref.hybrid_engine=true"], "actor_rollout_ref.hybrid_engine"),
+        (
+            {"mode": "bounded", "max_lag": 1},
+            ["actor_rollout_ref.hybrid_engine=true"],
+            "actor_rollout_ref.hybrid_engine",
+        ),
         (
             {"mode": "bounded", "max_lag": 1},
             ["algorithm.rollout_correction.bypass_mode=false"],
@@ -205,7 +209,9 @@ def test_whole_config_checks_name_the_key(lag, extra, key):
 
 def test_filter_groups_is_forwarded_in_bounded_mode():
     overrides = verl_overrides({"mode": "bounded", "max_lag": 2}, 64)
-    cfg = _compose("ppo_trainer", overrides + ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"])
+    cfg = _compose(
+        "ppo_trainer", overrides + ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
+    )
     assert check_verl_config(cfg) == {"filter_groups_metric": "acc"}
 
 

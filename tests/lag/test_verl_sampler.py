@@ -21,14 +21,14 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import get_trainer_cls  # noqa: E402
 
-from ._verl_rollout import Rollout, drive  # noqa: E402
-
 from sat_ext.lag import LagConfig, LagConfigError  # noqa: E402
 from sat_ext.lag.schedule import scheduled_version  # noqa: E402
 from sat_ext.runlog import Expectation, Record, check_lag_schedule  # noqa: E402
 from sat_ext.verl.lag_overrides import BASE_MODE, TRAINER_MODE, verl_overrides  # noqa: E402
 from sat_ext.verl.lag_sampler import SATLagReplayBuffer  # noqa: E402
 from sat_ext.verl.lag_trainer import SATSeparateAsyncTrainer, batch_version, kept_versions  # noqa: E402
+
+from ._verl_rollout import Rollout, drive  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 GPU_FREE = [
@@ -102,7 +102,6 @@ def _put_group(prompt_step: int, oldest: list[int], newest: int | None = None) -
     ]
     tq.kv_batch_put(keys=keys, partition_id="train", tags=tags)
     return uid
-
 
 
 def test_verl_trainer_builds_the_sampler_through_its_custom_sampler_hook(transfer_queue):
@@ -204,8 +203,11 @@ def test_wait_mode_takes_the_oldest_submission_even_when_later_ones_finished(cle
 
     assert next_batch(sampler._group_states("train"), 2) is None  # sat_ext waits for the straggler
 
-    tq.kv_batch_put(keys=[f"{straggler}_0_0"], partition_id="train",
-                    tags=[{"status": "success", "global_steps": 1, "min_global_steps": 0, "max_global_steps": 1}])
+    tq.kv_batch_put(
+        keys=[f"{straggler}_0_0"],
+        partition_id="train",
+        tags=[{"status": "success", "global_steps": 1, "min_global_steps": 0, "max_global_steps": 1}],
+    )
     tq.kv_put(key=straggler, partition_id="train", tag={"status": "finished"})
     batch, metrics = sampler.sample(global_steps=2, partition_id="train", batch_size=2)
     taken = {k.split("_")[0] for k in batch.keys}
@@ -221,8 +223,13 @@ def tiny_assets(tmp_path_factory):
     write_model(root / "model")
     write_data(root / "train.parquet", prompt_rows(64))
     write_data(root / "val.parquet", prompt_rows(4, seed=1))
-    return [f"actor_rollout_ref.model.path={root / 'model'}", f"data.train_files={root / 'train.parquet'}",
-            f"data.val_files={root / 'val.parquet'}", "data.max_prompt_length=32", "data.dataloader_num_workers=0"]
+    return [
+        f"actor_rollout_ref.model.path={root / 'model'}",
+        f"data.train_files={root / 'train.parquet'}",
+        f"data.val_files={root / 'val.parquet'}",
+        "data.max_prompt_length=32",
+        "data.dataloader_num_workers=0",
+    ]
 
 
 def _warmup_and_refill(lag: LagConfig, batch_size: int, assets: list[str], extra: list[str] = ()) -> tuple[list, int]:
@@ -239,8 +246,12 @@ def _warmup_and_refill(lag: LagConfig, batch_size: int, assets: list[str], extra
     return warmup, trainer._add_prompts_to_generate(1)
 
 
-@pytest.mark.parametrize("lag", [LagConfig(mode="interval", interval=n, prefetch=1) for n in (1, 2, 8)]
-                         + [LagConfig(mode="bounded", max_lag=L) for L in (1, 4)], ids=str)
+@pytest.mark.parametrize(
+    "lag",
+    [LagConfig(mode="interval", interval=n, prefetch=1) for n in (1, 2, 8)]
+    + [LagConfig(mode="bounded", max_lag=L) for L in (1, 4)],
+    ids=str,
+)
 def test_verl_submits_the_prefetch_the_lag_block_asks_for_and_refills_one_group(transfer_queue, tiny_assets, lag):
     """The warm-up verl's own on_train_begin submits is lag.prefetch batches (interval) or max_lag batches
     (bounded) whatever data.gen_batch_size the user set: its async trainers force it to 1 in _init_dataloader,
@@ -265,8 +276,9 @@ def _verl_warmup(lag: LagConfig, batch_size: int) -> int:
 
 def _run(lag: LagConfig, batch_size: int, global_steps: int, seed: int, fail_rate: float = 0.0, slots: int = 3):
     sampler = _sampler(lag, batch_size=batch_size)
-    rollout = Rollout.remote(slots=slots, n=2, seed=seed, median_s=0.004, sigma=1.5, fail_rate=fail_rate,
-                             straggler_every=7)
+    rollout = Rollout.remote(
+        slots=slots, n=2, seed=seed, median_s=0.004, sigma=1.5, fail_rate=fail_rate, straggler_every=7
+    )
     try:
         warmup = _verl_warmup(lag, batch_size)
         return drive(sampler, rollout, global_steps, lag.sync_every, batch_size, warmup, drain=lag.mode == "interval")
@@ -399,8 +411,12 @@ def test_resume_regenerates_finished_untrained_groups_in_interval_mode(clean_par
     done, running = _put_group(prompt_step=3, oldest=[2, 2]), str(uuid.uuid4())
     for uid, status in ((done, "finished"), (running, "running")):
         fields = TensorDict({"prompt_id": torch.tensor([[1]])}, batch_size=[1])
-        tq.kv_batch_put(keys=[uid], partition_id="train", fields=fields,
-                        tags=[{"is_prompt": True, "status": status, "global_steps": 3}])
+        tq.kv_batch_put(
+            keys=[uid],
+            partition_id="train",
+            fields=fields,
+            tags=[{"is_prompt": True, "status": status, "global_steps": 3}],
+        )
     trainer.global_steps = 4
     assert trainer._reissue_inflight_prompts() == 2
     assert len(sent) == 1 and len(sent[0]) == 2  # both groups dispatched again, with their stored prompt data

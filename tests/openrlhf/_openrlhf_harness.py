@@ -42,30 +42,71 @@ _openrlhf_stubs.install()
 from sat_ext.openrlhf import train_ppo_ray as launcher  # noqa: E402
 
 BASE = [
-    "--actor.model_name_or_path", "/models/tiny",
-    "--reward.remote_url", "http://127.0.0.1:5000/get_reward",
-    "--algo.advantage.estimator", "group_norm",
-    "--rollout.n_samples_per_prompt", "4",
-    "--rollout.batch_size", "8",
-    "--rollout.micro_batch_size", "2",
-    "--rollout.temperature", "0.95",
-    "--train.batch_size", "16",
-    "--train.micro_batch_size", "2",
-    "--actor.num_gpus_per_node", "1",
-    "--ref.num_gpus_per_node", "1",
-    "--vllm.num_engines", "1",
-    "--algo.kl.init_coef", "0",
-    "--actor.eps_clip_low_high", "0.2", "0.28",
-    "--algo.advantage.is_correction_level", "token",
+    "--actor.model_name_or_path",
+    "/models/tiny",
+    "--reward.remote_url",
+    "http://127.0.0.1:5000/get_reward",
+    "--algo.advantage.estimator",
+    "group_norm",
+    "--rollout.n_samples_per_prompt",
+    "4",
+    "--rollout.batch_size",
+    "8",
+    "--rollout.micro_batch_size",
+    "2",
+    "--rollout.temperature",
+    "0.95",
+    "--train.batch_size",
+    "16",
+    "--train.micro_batch_size",
+    "2",
+    "--actor.num_gpus_per_node",
+    "1",
+    "--ref.num_gpus_per_node",
+    "1",
+    "--vllm.num_engines",
+    "1",
+    "--algo.kl.init_coef",
+    "0",
+    "--actor.eps_clip_low_high",
+    "0.2",
+    "0.28",
+    "--algo.advantage.is_correction_level",
+    "token",
 ]
 CASES = {
     "vanilla_ppo": ("vanilla", BASE + ["--actor.policy_loss_type", "ppo"]),
     "vanilla_sat": ("vanilla", BASE + ["--actor.policy_loss_type", "sat"]),
     "ppo": ("launcher", BASE + ["--actor.policy_loss_type", "ppo"]),
-    "sat": ("launcher", BASE + ["--actor.policy_loss_type", "sat", "--sat.quantile", "0.8", "--sat.kernel", "power",
-                                "--sat.gate_scope", "global", "--sat.c_min", "0.1"]),
-    "sat_gspo": ("launcher", BASE + ["--actor.policy_loss_type", "sat_gspo", "--actor.eps_clip_low_high", "3e-4",
-                                     "4e-4", "--sat.gspo_gate_level", "token"]),
+    "sat": (
+        "launcher",
+        BASE
+        + [
+            "--actor.policy_loss_type",
+            "sat",
+            "--sat.quantile",
+            "0.8",
+            "--sat.kernel",
+            "power",
+            "--sat.gate_scope",
+            "global",
+            "--sat.c_min",
+            "0.1",
+        ],
+    ),
+    "sat_gspo": (
+        "launcher",
+        BASE
+        + [
+            "--actor.policy_loss_type",
+            "sat_gspo",
+            "--actor.eps_clip_low_high",
+            "3e-4",
+            "4e-4",
+            "--sat.gspo_gate_level",
+            "token",
+        ],
+    ),
     "bad_quantile": ("launcher", BASE + ["--actor.policy_loss_type", "sat", "--sat.quantile", "1.5"]),
     "bad_c_min": ("launcher", BASE + ["--actor.policy_loss_type", "sat", "--sat.c_min", "-0.5"]),
     "bad_kernel": ("launcher", BASE + ["--actor.policy_loss_type", "sat", "--sat.kernel", "gauss"]),
@@ -74,13 +115,14 @@ CASES = {
     "bad_eps": ("launcher", BASE + ["--actor.policy_loss_type", "sat", "--actor.eps_clip_low_high", "1.5", "0.2"]),
     "unknown_sat_flag": ("launcher", BASE + ["--actor.policy_loss_type", "sat", "--sat.qantile", "0.8"]),
     "sat_flag_without_sat": ("launcher", BASE + ["--actor.policy_loss_type", "gspo", "--sat.quantile", "0.8"]),
-    "no_rollout_log_probs": ("launcher", [a for a in BASE if a not in ("--algo.advantage.is_correction_level", "token")]
-                             + ["--actor.policy_loss_type", "sat"]),
+    "no_rollout_log_probs": (
+        "launcher",
+        [a for a in BASE if a not in ("--algo.advantage.is_correction_level", "token")]
+        + ["--actor.policy_loss_type", "sat"],
+    ),
     "no_vllm": ("launcher", BASE + ["--actor.policy_loss_type", "sat_gspo", "--vllm.num_engines", "0"]),
     "help": ("launcher", ["--help"]),
 }
-
-
 
 
 def _docs_example():
@@ -169,8 +211,9 @@ def in_worker(self, runs):
     from sat_ext.openrlhf.loss import SATPolicyLoss
 
     report = {"pid": os.getpid(), "mro": [f"{c.__module__}.{c.__name__}" for c in type(self).__mro__]}
-    (openrlhf_actor_cls,) = [c for c in type(self).__mro__ if c.__module__ == ppo_actor.__name__
-                             and c.__name__ == "PolicyModelActor"]
+    (openrlhf_actor_cls,) = [
+        c for c in type(self).__mro__ if c.__module__ == ppo_actor.__name__ and c.__name__ == "PolicyModelActor"
+    ]
 
     class CPUStrategy:
         """DeepSpeed's part of DeepspeedStrategy, on one CPU process: plain torch backward and step."""
@@ -202,17 +245,32 @@ def in_worker(self, runs):
         if not dist.is_initialized():
             dist.init_process_group("gloo", rank=0, world_size=1)  # MASTER_ADDR/PORT set by OpenRLHF's actor
         torch.manual_seed(0)
-        config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+        config = transformers.LlamaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=64,
+        )
         actor = Actor(transformers.LlamaForCausalLM(config), temperature=args.rollout.temperature)
         actor.packing_samples = args.ds.packing_samples  # Actor sets it only when it loads a checkpoint by name
         optimizer = torch.optim.SGD(actor.parameters(), lr=1e-3)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         self.actor = actor
         self.trainer = ppo_actor.ActorPPOTrainer(
-            strategy, actor, ema_model=None, actor_optim=optimizer, actor_scheduler=scheduler,
-            micro_train_batch_size=args.train.micro_batch_size, tokenizer=None, eps_clip=args.actor.eps_clip,
-            ema_beta=args.train.ema_beta, vllm_engines=vllm_engines)
+            strategy,
+            actor,
+            ema_model=None,
+            actor_optim=optimizer,
+            actor_scheduler=scheduler,
+            micro_train_batch_size=args.train.micro_batch_size,
+            tokenizer=None,
+            eps_clip=args.actor.eps_clip,
+            ema_beta=args.train.ema_beta,
+            vllm_engines=vllm_engines,
+        )
 
     openrlhf_actor_cls.init_model_from_pretrained = init_without_deepspeed
     # The two CUDA calls ActorPPOTrainer.__init__ makes: the replay buffer's target device name, and a sync.
@@ -223,8 +281,10 @@ def in_worker(self, runs):
         strategy = CPUStrategy(args)
         self.init_model_from_pretrained(strategy, args.actor.model_name_or_path, 1, None)
         loss_fn = self.trainer.actor_loss_fn
-        entry = {"loss_class": f"{type(loss_fn).__module__}.{type(loss_fn).__qualname__}",
-                 "training_step_wrapped": "training_step" in vars(self.trainer)}
+        entry = {
+            "loss_class": f"{type(loss_fn).__module__}.{type(loss_fn).__qualname__}",
+            "training_step_wrapped": "training_step" in vars(self.trainer),
+        }
         if isinstance(loss_fn, SATPolicyLoss):
             entry["sat_config"] = loss_fn.sat_config.to_dict()
             entry["token_level_loss"] = loss_fn.token_level_loss
@@ -238,13 +298,22 @@ def in_worker(self, runs):
             with torch.no_grad():
                 logp = self.trainer.actor(sequences, action_mask, attention_mask=attention_mask)
             experience = Experience(
-                sequences=sequences, attention_mask=attention_mask, action_mask=action_mask,
+                sequences=sequences,
+                attention_mask=attention_mask,
+                action_mask=action_mask,
                 action_log_probs=logp + 0.01 * torch.randn(B, A, generator=g),
                 rollout_log_probs=(logp + 0.3 * torch.randn(B, A, generator=g)) * action_mask,
-                advantages=torch.randn(B, A, generator=g), info={})
-            want = loss_fn(logp, experience.action_log_probs, experience.advantages, action_mask=action_mask,
-                           rollout_log_probs=experience.rollout_log_probs,
-                           **get_loss_batch_info(strategy, action_mask))[0]
+                advantages=torch.randn(B, A, generator=g),
+                info={},
+            )
+            want = loss_fn(
+                logp,
+                experience.action_log_probs,
+                experience.advantages,
+                action_mask=action_mask,
+                rollout_log_probs=experience.rollout_log_probs,
+                **get_loss_batch_info(strategy, action_mask),
+            )[0]
             status = self.trainer.training_step(experience, 0.0, 0, None)
             entry.update(
                 expected_loss=want.item(),
@@ -255,8 +324,14 @@ def in_worker(self, runs):
             )
             if loss_fn.sat_config.gate_scope == "global":
                 try:  # the default group is the DP group only when dp_size equals its size
-                    loss_fn(logp, experience.action_log_probs, experience.advantages, action_mask=action_mask,
-                            rollout_log_probs=experience.rollout_log_probs, dp_size=2)
+                    loss_fn(
+                        logp,
+                        experience.action_log_probs,
+                        experience.advantages,
+                        action_mask=action_mask,
+                        rollout_log_probs=experience.rollout_log_probs,
+                        dp_size=2,
+                    )
                 except ValueError as e:
                     entry["dp_group_error"] = str(e)
         report[name] = entry
@@ -270,7 +345,11 @@ def run_ray(classes):
     actor_cls = classes["sat"][1]
     runs = {"ppo": classes["ppo"][0], "sat": classes["sat"][0], "sat_gspo": classes["sat_gspo"][0]}
     ray.init(
-        address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
+        address="local",
+        num_cpus=2,
+        num_gpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
         runtime_env={"env_vars": {"PYTHONPATH": HERE}, "worker_process_setup_hook": "_openrlhf_stubs.install"},
     )
     try:

@@ -17,8 +17,8 @@ Stand-ins, all at the engine boundary:
   ``fit`` returns a status, ``broadcast_to_vllm`` calls ``Engine.broadcast``.
 
 Part 1, CLI: each case (and each launcher command in docs/openrlhf_lag.md) runs OpenRLHF's
-``openrlhf.cli.train_ppo_ray`` through the launcher and stops where that module calls ``train(args)`` (one more extension, last in line, records the final args and the
-``PPOTrainerAsync`` class ``train()`` would start).
+``openrlhf.cli.train_ppo_ray`` through the launcher and stops where that module calls ``train(args)`` (one more
+extension, last in line, records the final args and the ``PPOTrainerAsync`` class ``train()`` would start).
 
 Part 2, loops: for each scenario, the lag subclasses of ``GenerateSamplesActor`` and ``TrainingActor``
 are constructed (their real ``__init__``) in this process with ``PPOTrainerAsync.__init__``'s set-up (real
@@ -54,6 +54,22 @@ class SamplingParams:
         self.__dict__.update(kwargs)
 
 
+def _clock_state(clock) -> dict:
+    """The LagClock actor's state, read inside the actor (Ray's ``__ray_call__``)."""
+    import ray
+
+    def state(c):
+        return {
+            "version": c.version,
+            "next_step": c.next_step,
+            "done_upto": c.done_upto,
+            "closed": c.closed,
+            "requeued": len(c.requeued),
+        }
+
+    return ray.get(clock.__ray_call__.remote(state), timeout=10)
+
+
 def worker_setup():
     """Ray's worker_process_setup_hook (and this process's set-up): the stand-ins above, before any import."""
     _openrlhf_stubs.install()
@@ -84,12 +100,20 @@ class Engine:
         for j in range(num_samples):
             response = [2 + (len(ids) + j + weights) % 40 for _ in range(3)] + [EOS]
             tokens = ids + response
-            out.append({
-                "prompt": prompt, "label": label, "observation_tokens": tokens,
-                "action_ranges": [(len(ids), len(tokens))], "reward": float(j % 2), "scores": float(j % 2),
-                "rollout_log_probs": None, "truncated": False, "extra_logs": {"engine_weights": weights},
-                "images": images,
-            })
+            out.append(
+                {
+                    "prompt": prompt,
+                    "label": label,
+                    "observation_tokens": tokens,
+                    "action_ranges": [(len(ids), len(tokens))],
+                    "reward": float(j % 2),
+                    "scores": float(j % 2),
+                    "rollout_log_probs": None,
+                    "truncated": False,
+                    "extra_logs": {"engine_weights": weights},
+                    "images": images,
+                }
+            )
         return out
 
 
@@ -173,14 +197,38 @@ def make_data(workdir):
 
 def base_args(paths):
     return [
-        "--actor.model_name_or_path", paths["tokenizer"],
-        "--data.prompt_dataset", paths["prompts"], "--data.input_key", "prompt", "--data.label_key", "label",
-        "--reward.remote_url", "http://127.0.0.1:5000/get_reward",
-        "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
-        "--rollout.n_samples_per_prompt", "2", "--rollout.batch_size", "2", "--rollout.micro_batch_size", "2",
-        "--rollout.max_new_tokens", "8", "--data.max_len", "64",
-        "--train.batch_size", "4", "--train.micro_batch_size", "2",
-        "--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1",
+        "--actor.model_name_or_path",
+        paths["tokenizer"],
+        "--data.prompt_dataset",
+        paths["prompts"],
+        "--data.input_key",
+        "prompt",
+        "--data.label_key",
+        "label",
+        "--reward.remote_url",
+        "http://127.0.0.1:5000/get_reward",
+        "--algo.advantage.estimator",
+        "group_norm",
+        "--algo.kl.init_coef",
+        "0",
+        "--rollout.n_samples_per_prompt",
+        "2",
+        "--rollout.batch_size",
+        "2",
+        "--rollout.micro_batch_size",
+        "2",
+        "--rollout.max_new_tokens",
+        "8",
+        "--data.max_len",
+        "64",
+        "--train.batch_size",
+        "4",
+        "--train.micro_batch_size",
+        "2",
+        "--actor.num_gpus_per_node",
+        "1",
+        "--vllm.num_engines",
+        "1",
     ]
 
 
@@ -201,8 +249,28 @@ def cli_cases(paths):
         "interval2_p1_eval": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "1"] + evaluation,
         "interval2_p2": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "2"],
         "interval_partial_p0": a + ["--lag.mode", "interval", "--lag.interval", "2", "--train.partial_rollout_enable"],
-        "sat_and_bounded": a + ["--lag.mode", "bounded", "--lag.max_lag", "1", "--actor.policy_loss_type", "sat_gspo",
-                                "--algo.advantage.is_correction_level", "token"],
+        "bounded1_drop_oversampling": a
+        + [
+            "--lag.mode",
+            "bounded",
+            "--lag.max_lag",
+            "1",
+            "--lag.over_bound",
+            "drop",
+            "--rollout.vllm_generate_batch_size",
+            "3",
+        ],
+        "sat_and_bounded": a
+        + [
+            "--lag.mode",
+            "bounded",
+            "--lag.max_lag",
+            "1",
+            "--actor.policy_loss_type",
+            "sat_gspo",
+            "--algo.advantage.is_correction_level",
+            "token",
+        ],
         # refused
         "bad_mode": a + ["--lag.mode", "fast"],
         "bad_max_lag": a + ["--lag.mode", "bounded", "--lag.max_lag", "-1"],
@@ -218,16 +286,17 @@ def cli_cases(paths):
         "without_vllm": a + ["--lag.mode", "off", "--vllm.num_engines", "0"],
         "bounded0": a + ["--lag.mode", "bounded", "--lag.max_lag", "0"],
         "bounded_partial": a + ["--lag.mode", "bounded", "--lag.max_lag", "2", "--train.partial_rollout_enable"],
-        "bounded_oversampling": a + ["--lag.mode", "bounded", "--lag.max_lag", "2",
-                                     "--rollout.vllm_generate_batch_size", "4"],
-        "bounded_queue_over_bound": a + ["--lag.mode", "bounded", "--lag.max_lag", "2",
-                                         "--train.async_queue_size", "3"],
-        "interval_oversampling": a + ["--lag.mode", "interval", "--lag.interval", "2",
-                                      "--rollout.vllm_generate_batch_size", "4"],
-        "interval_partial_p1": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "1",
-                                    "--train.partial_rollout_enable"],
-        "interval_queue_too_small": a + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "1",
-                                         "--train.async_queue_size", "1"] + evaluation,
+        "bounded_oversampling": a
+        + ["--lag.mode", "bounded", "--lag.max_lag", "2", "--rollout.vllm_generate_batch_size", "4"],
+        "bounded_queue_over_bound": a
+        + ["--lag.mode", "bounded", "--lag.max_lag", "2", "--train.async_queue_size", "3"],
+        "interval_oversampling": a
+        + ["--lag.mode", "interval", "--lag.interval", "2", "--rollout.vllm_generate_batch_size", "4"],
+        "interval_partial_p1": a
+        + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "1", "--train.partial_rollout_enable"],
+        "interval_queue_too_small": a
+        + ["--lag.mode", "interval", "--lag.interval", "2", "--lag.prefetch", "1", "--train.async_queue_size", "1"]
+        + evaluation,
         "help": ["--help"],
     }
 
@@ -306,13 +375,24 @@ def run_cli_cases(cases):
 
 def generate_kwargs(args):
     """The generate kwargs OpenRLHF's train() passes to PPOTrainer.remote."""
-    return dict(do_sample=True, max_len=args.data.max_len, max_new_tokens=args.rollout.max_new_tokens,
-                temperature=args.rollout.temperature, top_p=args.rollout.top_p)
+    return dict(
+        do_sample=True,
+        max_len=args.data.max_len,
+        max_new_tokens=args.rollout.max_new_tokens,
+        temperature=args.rollout.temperature,
+        top_p=args.rollout.top_p,
+    )
 
 
 def _lag_logs(logs):
-    return [{"step": step, **{k: v for k, v in status.items() if k.startswith("lag/")},
-             "keys": sorted(k for k in status if k.startswith("lag/"))} for step, status in logs]
+    return [
+        {
+            "step": step,
+            **{k: v for k, v in status.items() if k.startswith("lag/")},
+            "keys": sorted(k for k in status if k.startswith("lag/")),
+        }
+        for step, status in logs
+    ]
 
 
 def _recorder(trainer, logs, evals):
@@ -358,7 +438,6 @@ def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
     """The real generator and trainer loops of the lag subclasses, in two threads of this process."""
     import threading
 
-    import ray
     from openrlhf.utils import get_strategy
 
     from sat_ext.openrlhf.lag import lag_actor_classes
@@ -374,8 +453,9 @@ def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
     shared.reset(q)
     engine = LocalEngine(gen_delay)
     group = StandInActorGroup(engine, train_delay)
-    handles = dict(vllm_lock=shared.lock, rollout_queue=shared.rollout_queue, rollout_slots=shared.rollout_slots,
-                   lag_clock=clock)
+    handles = dict(
+        vllm_lock=shared.lock, rollout_queue=shared.rollout_queue, rollout_slots=shared.rollout_slots, lag_clock=clock
+    )
     pretrain = args.actor.model_name_or_path
     generator = classes.generator.__ray_actor_class__(pretrain, strategy, [engine], **handles, **generate_kwargs(args))
     trainer = classes.trainer.__ray_actor_class__(pretrain, strategy, group, None, None, None, [engine], **handles)
@@ -391,19 +471,27 @@ def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
             errors.append(f"{fn.__qualname__}: {e!r}\n{traceback.format_exc()}")
 
     t0 = time.time()
-    threads = [threading.Thread(target=run, args=(generator.fit, 0, 0), daemon=True),
-               threading.Thread(target=run, args=(trainer.fit, 0), daemon=True)]
+    threads = [
+        threading.Thread(target=run, args=(generator.fit, 0, 0), daemon=True),
+        threading.Thread(target=run, args=(trainer.fit, 0), daemon=True),
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=max(1.0, timeout - (time.time() - t0)))
     if any(t.is_alive() for t in threads):
-        errors.append(f"the loops did not finish within {timeout} s (deadlock?): "
-                      f"{ray.get(clock.stats.remote(), timeout=10)}")
-    return {"logs": _lag_logs(logs), "evals": evals, "trained": group.trained, "errors": errors,
-            "seconds": time.time() - t0,
-            "clock": ray.get(clock.stats.remote(), timeout=10), "engine_weights": engine.engine.weights,
-            "queue_size": q, "prompts": N_PROMPTS}
+        errors.append(f"the loops did not finish within {timeout} s (deadlock?): {_clock_state(clock)}")
+    return {
+        "logs": _lag_logs(logs),
+        "evals": evals,
+        "trained": group.trained,
+        "errors": errors,
+        "seconds": time.time() - t0,
+        "clock": _clock_state(clock),
+        "engine_weights": engine.engine.weights,
+        "queue_size": q,
+        "prompts": N_PROMPTS,
+    }
 
 
 SCENARIOS = {
@@ -472,8 +560,16 @@ def start_full_run(args):
 
     engine = ray.remote(num_cpus=0)(Engine).remote(0.01)
     PPOTrainer = ppo_trainer_async.PPOTrainerAsync  # what train() imports when --train.async_enable
-    trainer = PPOTrainer.remote(args.actor.model_name_or_path, get_strategy(args),
-                                StandInActorGroup(engine, 0.05), None, None, None, [engine], **generate_kwargs(args))
+    trainer = PPOTrainer.remote(
+        args.actor.model_name_or_path,
+        get_strategy(args),
+        StandInActorGroup(engine, 0.05),
+        None,
+        None,
+        None,
+        [engine],
+        **generate_kwargs(args),
+    )
     return {"engine": engine, "trainer": trainer, "class": PPOTrainer.__ray_actor_class__.__name__}
 
 
@@ -489,11 +585,16 @@ def finish_full_run(run):
     ray.get(trainer.fit.remote(), timeout=180)
     result = ray.get(training.__ray_call__.remote(_trainer_result), timeout=60)
     result.update(
-        max_steps=max_steps, orchestrator=report, orchestrator_class=run["class"],
+        max_steps=max_steps,
+        orchestrator=report,
+        orchestrator_class=run["class"],
         generator=ray.get(generator.__ray_call__.remote(_actor_report), timeout=60),
         trainer=ray.get(training.__ray_call__.remote(_actor_report), timeout=60),
         engine_weights=ray.get(run["engine"].__ray_call__.remote(lambda self: self.weights), timeout=60),
-        driver_pid=os.getpid(), seconds_after_start=time.time() - t0, prompts=N_PROMPTS)
+        driver_pid=os.getpid(),
+        seconds_after_start=time.time() - t0,
+        prompts=N_PROMPTS,
+    )
     return result
 
 
@@ -525,9 +626,16 @@ def main(out_path):
     importer.start()
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": HERE, "HF_DATASETS_CACHE": os.environ["HF_DATASETS_CACHE"]},
-                          "worker_process_setup_hook": "_openrlhf_lag_harness.worker_setup"})
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={
+            "env_vars": {"PYTHONPATH": HERE, "HF_DATASETS_CACHE": os.environ["HF_DATASETS_CACHE"]},
+            "worker_process_setup_hook": "_openrlhf_lag_harness.worker_setup",
+        },
+    )
     timings["ray_init"] = time.time() - t0
     importer.join()
     paths = make_data(workdir)

@@ -19,8 +19,13 @@ def pytest_collection_finish(session):
     if any(item.path.name == _USER for item in session.items):
         workdir = tempfile.mkdtemp(prefix="openrlhf_harness_")
         log = open(os.path.join(workdir, "log.txt"), "w")
-        _run.update(workdir=workdir, log=log, proc=subprocess.Popen(
-            [sys.executable, HARNESS, os.path.join(workdir, "result.json")], stdout=log, stderr=subprocess.STDOUT))
+        _run.update(
+            workdir=workdir,
+            log=log,
+            proc=subprocess.Popen(
+                [sys.executable, HARNESS, os.path.join(workdir, "result.json")], stdout=log, stderr=subprocess.STDOUT
+            ),
+        )
 
 
 def pytest_sessionfinish(session):

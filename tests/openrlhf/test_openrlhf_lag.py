@@ -24,8 +24,9 @@ HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_openrlhf_la
 N_SAMPLES = 2  # --rollout.n_samples_per_prompt in the harness
 _WORKDIR = tempfile.mkdtemp(prefix="openrlhf_lag_test_")
 _LOG = open(os.path.join(_WORKDIR, "log.txt"), "w")
-_PROC = subprocess.Popen([sys.executable, HARNESS, os.path.join(_WORKDIR, "result.json")], stdout=_LOG,
-                         stderr=subprocess.STDOUT)
+_PROC = subprocess.Popen(
+    [sys.executable, HARNESS, os.path.join(_WORKDIR, "result.json")], stdout=_LOG, stderr=subprocess.STDOUT
+)
 
 
 @atexit.register
@@ -95,17 +96,22 @@ def test_without_lag_flags_the_run_is_plain_openrlhf(cli):
     assert "[sat_ext] --lag" not in cli["no_lag"]["stdout"]
 
 
-@pytest.mark.parametrize("case,lag,queue_size", [
-    ("off", {"mode": "off"}, 1),
-    ("off_hist", {"hist_edges": [0, 1, 4]}, 1),
-    ("bounded2", {"mode": "bounded", "max_lag": 2}, 2),  # the launcher maps L onto OpenRLHF's queue
-    ("bounded2_q1", {"mode": "bounded", "max_lag": 2}, 1),  # a smaller queue keeps the bound
-    ("bounded1_regen", {"mode": "bounded", "max_lag": 1, "over_bound": "regenerate"}, 1),
-    ("interval3", {"mode": "interval", "interval": 3}, 1),
-    ("interval2_p1_eval", {"mode": "interval", "interval": 2, "prefetch": 1}, 2),  # + one slot per eval payload
-    ("interval2_p2", {"mode": "interval", "interval": 2, "prefetch": 2}, 2),
-    ("interval_partial_p0", {"mode": "interval", "interval": 2}, 1),
-])
+@pytest.mark.parametrize(
+    "case,lag,queue_size",
+    [
+        ("off", {"mode": "off"}, 1),
+        ("off_hist", {"hist_edges": [0, 1, 4]}, 1),
+        ("bounded2", {"mode": "bounded", "max_lag": 2}, 2),  # the launcher maps L onto OpenRLHF's queue
+        ("bounded2_q1", {"mode": "bounded", "max_lag": 2}, 1),  # a smaller queue keeps the bound
+        ("bounded1_regen", {"mode": "bounded", "max_lag": 1, "over_bound": "regenerate"}, 1),
+        # oversampling's leftovers are checked at consumption: over the bound they are dropped (sat-ext smoke openrlhf)
+        ("bounded1_drop_oversampling", {"mode": "bounded", "max_lag": 1, "over_bound": "drop"}, 1),
+        ("interval3", {"mode": "interval", "interval": 3}, 1),
+        ("interval2_p1_eval", {"mode": "interval", "interval": 2, "prefetch": 1}, 2),  # + one slot per eval payload
+        ("interval2_p2", {"mode": "interval", "interval": 2, "prefetch": 2}, 2),
+        ("interval_partial_p0", {"mode": "interval", "interval": 2}, 1),
+    ],
+)
 def test_lag_flags_are_accepted_and_set_the_queue_size(cli, case, lag, queue_size):
     args = _trained(cli, case)
     assert args["lag"] == lag
@@ -114,8 +120,10 @@ def test_lag_flags_are_accepted_and_set_the_queue_size(cli, case, lag, queue_siz
 
 
 def test_the_launcher_says_what_each_mode_does(cli):
-    bounded = ("[sat_ext] --lag.mode bounded: --train.async_queue_size 2 (OpenRLHF's queue and token pool: a batch "
-               "is generated at most 2 weight syncs before it is trained)")
+    bounded = (
+        "[sat_ext] --lag.mode bounded: --train.async_queue_size 2 (OpenRLHF's queue and token pool: a batch "
+        "is generated at most 2 weight syncs before it is trained)"
+    )
     assert bounded in cli["bounded2"]["stdout"]
     interval = "[sat_ext] --lag.mode interval: weights broadcast to vLLM every 3 trainer steps"
     assert interval in cli["interval3"]["stdout"]
@@ -126,30 +134,44 @@ def test_sat_and_a_lag_mode_combine(cli):
     assert args["actor"]["policy_loss_type"] == "sat_gspo" and args["lag"] == {"mode": "bounded", "max_lag": 1}
 
 
-@pytest.mark.parametrize("case,expected", [
-    ("bad_mode", "argument --lag.mode: invalid choice: 'fast'"),
-    ("bad_max_lag", "--lag.max_lag must be an integer >= 0 when --lag.mode=bounded, got -1"),
-    ("bounded_without_max_lag", "--lag.max_lag must be an integer >= 0 when --lag.mode=bounded, got None"),
-    ("max_lag_without_mode", "--lag.max_lag applies only to --lag.mode=bounded (mode is 'off'), got 2"),
-    ("bad_interval", "--lag.interval must be an integer >= 1 when --lag.mode=interval, got 0"),
-    ("interval_with_max_lag", "--lag.max_lag applies only to --lag.mode=bounded (mode is 'interval'), got 1"),
-    ("over_bound_in_interval", "--lag.over_bound applies only to --lag.mode=bounded (mode is 'interval'), got 'drop'"),
-    ("bad_hist_edges", "--lag.hist_edges must be a non-empty, strictly increasing list of integers from 0"),
-    ("bounded_without_async", "--lag.mode bounded needs --train.async_enable"),
-    ("interval_without_async", "--lag.mode interval needs --train.async_enable"),
-    ("off_without_async", "--lag.mode off needs --train.async_enable"),
-    ("without_vllm", "--lag.mode off needs vLLM engines (--vllm.num_engines > 0, got 0)"),
-    ("bounded0", "--lag.max_lag 0 is below what OpenRLHF's asynchronous trainer can deliver"),
-    ("bounded_partial", "--train.partial_rollout_enable breaks --lag.mode bounded"),
-    ("bounded_oversampling",
-     "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode bounded"),
-    ("bounded_queue_over_bound", "--train.async_queue_size 3 lets a batch be generated up to 3 weight syncs before "
-                                 "it is trained, over --lag.max_lag 2: set it to at most 2"),
-    ("interval_oversampling",
-     "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode interval"),
-    ("interval_partial_p1", "--train.partial_rollout_enable breaks --lag.mode interval with --lag.prefetch 1"),
-    ("interval_queue_too_small", "--train.async_queue_size 1 is too small for --lag.prefetch 1 with evaluation on"),
-])
+@pytest.mark.parametrize(
+    "case,expected",
+    [
+        ("bad_mode", "argument --lag.mode: invalid choice: 'fast'"),
+        ("bad_max_lag", "--lag.max_lag must be an integer >= 0 when --lag.mode=bounded, got -1"),
+        ("bounded_without_max_lag", "--lag.max_lag must be an integer >= 0 when --lag.mode=bounded, got None"),
+        ("max_lag_without_mode", "--lag.max_lag applies only to --lag.mode=bounded (mode is 'off'), got 2"),
+        ("bad_interval", "--lag.interval must be an integer >= 1 when --lag.mode=interval, got 0"),
+        ("interval_with_max_lag", "--lag.max_lag applies only to --lag.mode=bounded (mode is 'interval'), got 1"),
+        (
+            "over_bound_in_interval",
+            "--lag.over_bound applies only to --lag.mode=bounded (mode is 'interval'), got 'drop'",
+        ),
+        ("bad_hist_edges", "--lag.hist_edges must be a non-empty, strictly increasing list of integers from 0"),
+        ("bounded_without_async", "--lag.mode bounded needs --train.async_enable"),
+        ("interval_without_async", "--lag.mode interval needs --train.async_enable"),
+        ("off_without_async", "--lag.mode off needs --train.async_enable"),
+        ("without_vllm", "--lag.mode off needs vLLM engines (--vllm.num_engines > 0, got 0)"),
+        ("bounded0", "--lag.max_lag 0 is below what OpenRLHF's asynchronous trainer can deliver"),
+        ("bounded_partial", "--train.partial_rollout_enable breaks --lag.mode bounded"),
+        (
+            "bounded_oversampling",
+            "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode bounded with "
+            "--lag.over_bound wait",
+        ),
+        (
+            "bounded_queue_over_bound",
+            "--train.async_queue_size 3 lets a batch be generated up to 3 weight syncs before "
+            "it is trained, over --lag.max_lag 2: set it to at most 2",
+        ),
+        (
+            "interval_oversampling",
+            "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode interval",
+        ),
+        ("interval_partial_p1", "--train.partial_rollout_enable breaks --lag.mode interval with --lag.prefetch 1"),
+        ("interval_queue_too_small", "--train.async_queue_size 1 is too small for --lag.prefetch 1 with evaluation on"),
+    ],
+)
 def test_bad_settings_are_refused_at_launch_naming_the_flags(cli, case, expected):
     msg = _refused(cli, case)
     assert msg.startswith("train_ppo_ray.py: error: ") and expected in msg, msg
@@ -172,8 +194,14 @@ def test_the_docs_commands_pass_openrlhfs_and_the_launchers_checks(cli):
 def test_help_lists_the_lag_flags(cli):
     assert (cli["help"]["outcome"], cli["help"]["code"]) == ("exit", 0)
     out = cli["help"]["stdout"]
-    for flag in ("--lag.mode {off,bounded,interval}", "--lag.max_lag", "--lag.interval", "--lag.prefetch",
-                 "--lag.over_bound {wait,drop,regenerate}", "--lag.hist_edges"):
+    for flag in (
+        "--lag.mode {off,bounded,interval}",
+        "--lag.max_lag",
+        "--lag.interval",
+        "--lag.prefetch",
+        "--lag.over_bound {wait,drop,regenerate}",
+        "--lag.hist_edges",
+    ):
         assert flag in out
 
 
@@ -192,8 +220,19 @@ def test_every_step_logs_the_same_lag_keys(loops, ray_run):
         keys = {tuple(log["keys"]) for log in run["logs"]}
         assert len(keys) == 1, name
         (keys,) = keys
-        assert {"lag/min", "lag/mean", "lag/max", "lag/hist/0", "lag/hist/32+", "lag/dropped", "lag/regenerated",
-                "lag/producer_idle_s", "lag/consumer_idle_s", "lag/broadcast", "lag/version"} <= set(keys)
+        assert {
+            "lag/min",
+            "lag/mean",
+            "lag/max",
+            "lag/hist/0",
+            "lag/hist/32+",
+            "lag/dropped",
+            "lag/regenerated",
+            "lag/producer_idle_s",
+            "lag/consumer_idle_s",
+            "lag/broadcast",
+            "lag/version",
+        } <= set(keys)
         assert ("lag/off_schedule" in keys) == (name in ("interval3", "ray"))
         for log in run["logs"]:
             assert sum(log[k] for k in keys if k.startswith("lag/hist/")) == log["lag/consumed"]
@@ -213,7 +252,9 @@ def test_logged_lags_are_the_true_lags(loops):
 def test_bounded_mode_uses_the_bound_and_never_exceeds_it(loops):
     run = loops["bounded2"]
     lags = [version - weights for version, _, weights in _samples(run)]
-    assert max(lags) == 2 and len(lags) == run["prompts"] * N_SAMPLES  # the rollout runs 2 versions ahead, nothing is lost
+    assert (
+        max(lags) == 2 and len(lags) == run["prompts"] * N_SAMPLES
+    )  # the rollout runs 2 versions ahead, nothing is lost
     assert all(log["lag/max"] <= 2 and log["lag/dropped"] == log["lag/regenerated"] == 0 for log in run["logs"])
     # fast rollout, slow training: the bound holds the generator back (it waits for the token pool); how long,
     # against the trainer's waits, depends on the machine's load, so only that it waited is checked
@@ -271,12 +312,19 @@ def test_openrlhfs_async_trainer_starts_the_lag_subclasses_in_their_own_workers(
     assert ray_run["orchestrator_class"] == "LagPPOTrainerAsync"
     reports = [ray_run["orchestrator"], ray_run["generator"], ray_run["trainer"]]
     assert len({r["pid"] for r in reports} | {ray_run["driver_pid"]}) == 4
-    for report, ours, openrlhf in zip(reports, ("LagPPOTrainerAsync", "LagGenerateSamplesActor", "LagTrainingActor"),
-                                      ("PPOTrainerAsync", "GenerateSamplesActor", "TrainingActor"), strict=True):
+    for report, ours, openrlhf in zip(
+        reports,
+        ("LagPPOTrainerAsync", "LagGenerateSamplesActor", "LagTrainingActor"),
+        ("PPOTrainerAsync", "GenerateSamplesActor", "TrainingActor"),
+        strict=True,
+    ):
         assert report["mro"][:3] == [f"sat_ext.openrlhf.lag.actors.{ours}"] * 2 + [
-            f"openrlhf.trainer.ppo_trainer_async.{openrlhf}"]
-    assert ray_run["trainer"]["mro"][3:5] == ["sat_ext.openrlhf.lag.actors._LagSync",
-                                              "openrlhf.trainer.ppo_trainer.BasePPOTrainer"]
+            f"openrlhf.trainer.ppo_trainer_async.{openrlhf}"
+        ]
+    assert ray_run["trainer"]["mro"][3:5] == [
+        "sat_ext.openrlhf.lag.actors._LagSync",
+        "openrlhf.trainer.ppo_trainer.BasePPOTrainer",
+    ]
 
 
 def test_in_the_workers_interval_mode_keeps_its_schedule_through_evaluations(ray_run):

@@ -78,8 +78,9 @@ def test_sat_with_c_1_is_openrlhf_ppo(seed, token_level, dp, dual_clip, eps):
 def test_sat_gspo_with_c_1_is_openrlhf_gspo(seed, dp, dual_clip, gate_level):
     lp, old, rollout, adv, mask = _batch(seed, spread=2e-3, wild=False)
     common = dict(clip_eps_low=3e-4, clip_eps_high=4e-4, dual_clip=dual_clip, token_level_loss=True)
-    sat = SATPolicyLoss(policy_loss_type="sat_gspo", is_correction_level="token", c_min=1.0,
-                        gspo_gate_level=gate_level, **common)
+    sat = SATPolicyLoss(
+        policy_loss_type="sat_gspo", is_correction_level="token", c_min=1.0, gspo_gate_level=gate_level, **common
+    )
     totals = _dp_totals(mask, dp)
     got = _with_grad(lambda x: sat(x, old, adv, action_mask=mask, rollout_log_probs=rollout, **totals), lp)
     # gspo on the same reference: rollout as old_log_probs, IS correction off.
@@ -87,15 +88,17 @@ def test_sat_gspo_with_c_1_is_openrlhf_gspo(seed, dp, dual_clip, gate_level):
     _assert_same(got, _with_grad(lambda x: gspo(x, rollout, adv, action_mask=mask, **totals), lp))
     # gspo with IS correction on also takes its ratio against the rollout log-probs (its ppo_kl stays on old).
     gspo_is = PolicyLoss(policy_loss_type="gspo", is_correction_level="token", **common)
-    _assert_same(got, _with_grad(
-        lambda x: gspo_is(x, old, adv, action_mask=mask, rollout_log_probs=rollout, **totals), lp), n=2)
+    _assert_same(
+        got, _with_grad(lambda x: gspo_is(x, old, adv, action_mask=mask, rollout_log_probs=rollout, **totals), lp), n=2
+    )
     assert not sat.token_level_loss and not gspo.token_level_loss
 
 
 def test_vllm_kl_is_openrlhfs_and_nothing_is_filtered():
     lp, old, rollout, adv, mask = _batch(3)
     _, _, _, vllm_kl, filtered = SATPolicyLoss(is_correction_level="token")(
-        lp, old, adv, action_mask=mask, rollout_log_probs=rollout)
+        lp, old, adv, action_mask=mask, rollout_log_probs=rollout
+    )
     ref = PolicyLoss(is_correction_level="token")(lp, old, adv, action_mask=mask, rollout_log_probs=rollout)
     assert torch.equal(vllm_kl, ref[3])
     assert filtered.item() == 0.0
@@ -155,13 +158,29 @@ def test_constructor_rejects_bad_settings():
     with pytest.raises(ValueError, match="policy_loss_type"):
         SATPolicyLoss(policy_loss_type="ppo")
     assert SATPolicyLoss(clip_eps_low=0.1, clip_eps_high=0.3, dual_clip=2.0, kernel="power").sat_config.to_dict() == {
-        **SATPolicyLoss().sat_config.to_dict(), "eps_low": 0.1, "eps_high": 0.3, "dual_clip": 2.0, "kernel": "power"}
+        **SATPolicyLoss().sat_config.to_dict(),
+        "eps_low": 0.1,
+        "eps_high": 0.3,
+        "dual_clip": 2.0,
+        "kernel": "power",
+    }
 
 
 def test_like_copies_openrlhfs_settings():
-    base = PolicyLoss(clip_eps_low=0.1, clip_eps_high=0.3, dual_clip=4.0, token_level_loss=False,
-                      policy_loss_type="sat_gspo", is_correction_level="seq")
+    base = PolicyLoss(
+        clip_eps_low=0.1,
+        clip_eps_high=0.3,
+        dual_clip=4.0,
+        token_level_loss=False,
+        policy_loss_type="sat_gspo",
+        is_correction_level="seq",
+    )
     sat = SATPolicyLoss.like(base, quantile=0.8)
     assert (sat.clip_eps_low, sat.clip_eps_high, sat.dual_clip, sat.policy_loss_type, sat.is_correction_level) == (
-        0.1, 0.3, 4.0, "sat_gspo", "seq")
+        0.1,
+        0.3,
+        4.0,
+        "sat_gspo",
+        "seq",
+    )
     assert sat.sat_config.quantile == 0.8 and not sat.token_level_loss

@@ -25,8 +25,7 @@ ENTRY_POINTS = {"sat": "sat_ext.openrlhf.loss:SATPolicyLoss", "sat_gspo": "sat_e
 
 
 def _patched_files():
-    return [line[6:].strip() for line in PATCH.read_text().splitlines()
-            if line.startswith("+++ b/openrlhf/")]
+    return [line[6:].strip() for line in PATCH.read_text().splitlines() if line.startswith("+++ b/openrlhf/")]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +46,11 @@ def patched_tree(tmp_path_factory):
 
 
 def test_patch_touches_exactly_the_loss_call_site_and_cli(patched_tree):
-    assert _patched_files() == ["openrlhf/cli/train_ppo_ray.py", "openrlhf/models/loss.py",
-                                "openrlhf/trainer/ray/ppo_actor.py"]
+    assert _patched_files() == [
+        "openrlhf/cli/train_ppo_ray.py",
+        "openrlhf/models/loss.py",
+        "openrlhf/trainer/ray/ppo_actor.py",
+    ]
     assert (patched_tree / "tests" / "test_policy_loss_registry.py").is_file()
     for rel in _patched_files():
         compile((patched_tree / rel).read_text(), rel, "exec")
@@ -85,7 +87,7 @@ def test_patched_registry_resolves_sat(patched_tree, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(patched_tree), str(tmp_path)])}
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout)
+    out = json.loads(proc.stdout.splitlines()[-1])  # after DeepSpeed's own start-up lines, where it is installed
     assert out["loss_file"].startswith(str(patched_tree))
     assert {"ppo", "gspo", "sat", "sat_gspo"} <= set(out["available"])
     assert out["sat_is_sat_ext"] and out["subclass_of_patched_policy_loss"]
@@ -93,9 +95,80 @@ def test_patched_registry_resolves_sat(patched_tree, tmp_path):
     assert out["built_quantile"] == 0.8
 
 
+_CLI_SCRIPT = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import _openrlhf_stubs
+    _openrlhf_stubs.install()  # flash_attn, which OpenRLHF's CLI imports at module level
+    from sat_ext.openrlhf import train_ppo_ray as launcher
+
+    class Stop(Exception):
+        pass
+
+    def stop(args):
+        raise Stop(args)
+
+    base = ["--actor.model_name_or_path", "/m", "--reward.remote_url", "/r.py", "--vllm.num_engines", "1",
+            "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2",
+            "--algo.advantage.is_correction_level", "token", "--actor.num_gpus_per_node", "1"]
+    cases = {
+        "sat": [
+            "--actor.policy_loss_type", "sat",
+            "--actor.policy_loss_kwargs", '{"quantile": 0.8, "kernel": "power"}',
+        ],
+        "ppo": ["--actor.policy_loss_type", "ppo"],
+        "not_an_object": ["--actor.policy_loss_type", "ppo", "--actor.policy_loss_kwargs", "[0.8]"],
+        "bad_sat_option": ["--actor.policy_loss_type", "sat", "--actor.policy_loss_kwargs", '{"quantile": 1.5}'],
+    }
+    out = {}
+    for name, argv in cases.items():
+        try:  # OpenRLHF's own CLI module, unextended, stopped where it calls train(args)
+            launcher.main(base + argv, extensions=(launcher.Extension("stop", (), lambda p: None, stop, lambda: None),))
+        except Stop as s:
+            args = s.args[0]
+            kwargs = args.actor.policy_loss_kwargs
+            from openrlhf.models.loss import get_policy_loss_cls
+            loss = get_policy_loss_cls(args.actor.policy_loss_type)(  # as ActorPPOTrainer builds it
+                clip_eps_low=args.actor.eps_clip_low_high[0], clip_eps_high=args.actor.eps_clip_low_high[1],
+                dual_clip=args.actor.dual_clip, policy_loss_type=args.actor.policy_loss_type, **kwargs)
+            out[name] = {"kwargs": kwargs, "type": type(kwargs).__name__, "loss": type(loss).__name__,
+                         "quantile": getattr(getattr(loss, "sat_config", None), "quantile", None)}
+        except SystemExit as e:
+            out[name] = {"exit": e.code}
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_patched_cli_parses_policy_loss_kwargs_into_a_dict(patched_tree):
+    """Through the patched parser and OpenRLHF's ``hierarchize`` (which turns dict values into namespaces): the
+    kwargs stay a dict, a SAT loss and plain ``ppo`` both build from them, and bad JSON is refused."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(patched_tree), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", _CLI_SCRIPT, str(Path(__file__).parent)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
+    out = json.loads(lines[-1][len("RESULT ") :])
+    assert out["sat"] == {
+        "kwargs": {"quantile": 0.8, "kernel": "power"},
+        "type": "dict",
+        "loss": "SATPolicyLoss",
+        "quantile": 0.8,
+    }
+    assert out["ppo"] == {"kwargs": {}, "type": "dict", "loss": "PolicyLoss", "quantile": None}
+    assert out["not_an_object"] == {"exit": 2} and out["bad_sat_option"] == {"exit": 2}
+    assert "--actor.policy_loss_kwargs: expected a JSON object, got '[0.8]'" in proc.stderr
+    assert "--actor.policy_loss_kwargs key 'quantile' must be a number strictly between 0 and 1" in proc.stderr
+
+
 def test_installed_sat_ext_declares_the_same_entry_points():
-    declared = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=GROUP)
-                if ep.value.startswith("sat_ext.")}
+    declared = {
+        ep.name: ep.value for ep in importlib.metadata.entry_points(group=GROUP) if ep.value.startswith("sat_ext.")
+    }
     if not declared:
         pytest.skip("sat-ext's pyproject.toml does not declare the openrlhf.policy_losses entry points yet")
     assert declared == ENTRY_POINTS

@@ -63,16 +63,19 @@ def test_every_other_flag_reaches_openrlhf_untouched(cli):
     assert sat == vanilla
 
 
-@pytest.mark.parametrize("case,expected", [
-    ("bad_quantile", "error: --sat.quantile must be a number strictly between 0 and 1, got 1.5"),
-    ("bad_c_min", "error: --sat.c_min must be a number in [0, 1], got -0.5"),
-    ("bad_kernel", "error: argument --sat.kernel: invalid choice: 'gauss'"),
-    ("bad_float", "error: argument --sat.exponent: invalid float value: 'two'"),
-    ("bad_dual_clip", "error: --actor.dual_clip must be a finite number > 1 (or None to disable), got 0.5"),
-    ("bad_eps", "error: --actor.eps_clip_low_high LOW (or --actor.eps_clip) must be < 1"),
-    ("unknown_sat_flag", "error: unrecognized arguments: --sat.qantile 0.8"),
-    ("sat_flag_without_sat", "error: --sat.quantile set, but --actor.policy_loss_type is 'gspo', not a SAT loss"),
-])
+@pytest.mark.parametrize(
+    "case,expected",
+    [
+        ("bad_quantile", "error: --sat.quantile must be a number strictly between 0 and 1, got 1.5"),
+        ("bad_c_min", "error: --sat.c_min must be a number in [0, 1], got -0.5"),
+        ("bad_kernel", "error: argument --sat.kernel: invalid choice: 'gauss'"),
+        ("bad_float", "error: argument --sat.exponent: invalid float value: 'two'"),
+        ("bad_dual_clip", "error: --actor.dual_clip must be a finite number > 1 (or None to disable), got 0.5"),
+        ("bad_eps", "error: --actor.eps_clip_low_high LOW (or --actor.eps_clip) must be < 1"),
+        ("unknown_sat_flag", "error: unrecognized arguments: --sat.qantile 0.8"),
+        ("sat_flag_without_sat", "error: --sat.quantile set, but --actor.policy_loss_type is 'gspo', not a SAT loss"),
+    ],
+)
 def test_bad_values_are_refused_naming_flag_and_value(cli, case, expected):
     assert expected in _refused(cli, case)
 
@@ -96,7 +99,8 @@ def test_openrlhfs_train_would_start_the_sat_actor_class(cli):
 def test_the_worker_runs_the_launchers_class_in_its_own_process(worker):
     assert worker["pid"] != worker["driver_pid"]
     assert worker["mro"][:3] == ["sat_ext.openrlhf.actor.SATPolicyModelActor"] * 2 + [
-        "openrlhf.trainer.ray.ppo_actor.PolicyModelActor"]
+        "openrlhf.trainer.ray.ppo_actor.PolicyModelActor"
+    ]
 
 
 def test_in_the_worker_ppo_keeps_openrlhfs_loss(worker):

@@ -14,10 +14,10 @@ import math
 
 import pytest
 import torch
+from _paper_eq import PaperSAT, paper_sat, seq_mean_token_mean, token_mean
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _paper_eq import PaperSAT, paper_sat, seq_mean_token_mean, token_mean
 from sat_ext.core import SATConfig, sat_gspo_loss, sat_token_loss
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,8 +61,9 @@ def make_batch(mode: str, seed: int, scale: float):
     return logp.requires_grad_(True), denom, adv, mask
 
 
-batch_args = dict(mode=st.sampled_from(MODES), seed=st.integers(0, 2**31 - 1),
-                  scale=st.sampled_from([1e-3, 0.01, 0.05, 0.2, 1.0]))
+batch_args = dict(
+    mode=st.sampled_from(MODES), seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1e-3, 0.01, 0.05, 0.2, 1.0])
+)
 
 
 def _flat(x) -> list:
@@ -131,8 +132,9 @@ def _verl_config(loss: str, plain: bool, agg: str):
     from sat_ext.verl.config import SATPolicyLossConfig
 
     policy_loss = PolicyLossConfig(loss_mode=loss) if plain else SATPolicyLossConfig(loss_mode=loss)
-    return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, loss_agg_mode=agg,
-                       policy_loss=policy_loss)
+    return ActorConfig(
+        strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, loss_agg_mode=agg, policy_loss=policy_loss
+    )
 
 
 def test_verl_defaults_are_the_papers():
@@ -146,17 +148,20 @@ def test_verl_defaults_are_the_papers():
 
 
 @settings(SETTINGS, max_examples=60)
-@given(**batch_args, loss=st.sampled_from(["sat", "sat_gspo"]), plain=st.booleans(),
-       agg=st.sampled_from(sorted(VERL_AGG)))
+@given(
+    **batch_args, loss=st.sampled_from(["sat", "sat_gspo"]), plain=st.booleans(), agg=st.sampled_from(sorted(VERL_AGG))
+)
 def test_verl_registry_is_the_paper(mode, seed, scale, loss, plain, agg):
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
     logp, denom, adv, mask = make_batch(mode, seed, scale)
     config = _verl_config(loss, plain, agg)
-    config.global_batch_info.update(dp_size=1, batch_num_tokens=int(mask.sum()),
-                                    global_batch_size=int(mask.any(-1).sum()), loss_scale_factor=None)
-    value, metrics = get_policy_loss_fn(loss)(old_log_prob=denom, log_prob=logp, advantages=adv, response_mask=mask,
-                                              loss_agg_mode=agg, config=config)
+    config.global_batch_info.update(
+        dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=int(mask.any(-1).sum()), loss_scale_factor=None
+    )
+    value, metrics = get_policy_loss_fn(loss)(
+        old_log_prob=denom, log_prob=logp, advantages=adv, response_mask=mask, loss_agg_mode=agg, config=config
+    )
     ref = paper_sat(logp, denom, adv, mask, sequence=loss == "sat_gspo", dual_clip=3.0 if loss == "sat" else None)
     want = VERL_AGG[agg](ref, mask)
     assert float(value.detach()) == pytest.approx(want, rel=1e-5, abs=1e-6 * (1 + abs(want)))

@@ -55,12 +55,27 @@ def _r(step, **values):
 
 
 def test_kept_weights_check_fails_when_the_denominator_is_the_live_policy():
-    good = [_r(1, lag__steps__min=0.0, lag__kept_weights_identical=0.0, lag__kept_weights_restored=0.5),
-            _r(2, lag__steps__min=1.0, lag__kept_weights_identical=0.0, lag__kept_weights_restored=1.0,
-               actor__sat__d_pi=0.05)]
+    good = [
+        _r(1, lag__steps__min=0.0, lag__kept_weights_identical=0.0, lag__kept_weights_restored=0.5),
+        _r(
+            2,
+            lag__steps__min=1.0,
+            lag__kept_weights_identical=0.0,
+            lag__kept_weights_restored=1.0,
+            actor__sat__d_pi=0.05,
+        ),
+    ]
     assert checks.check_kept_weights(good).passed is True
-    aliased = [good[0], _r(2, lag__steps__min=1.0, lag__kept_weights_identical=1.0, lag__kept_weights_restored=1.0,
-                           actor__sat__d_pi=0.0)]
+    aliased = [
+        good[0],
+        _r(
+            2,
+            lag__steps__min=1.0,
+            lag__kept_weights_identical=1.0,
+            lag__kept_weights_restored=1.0,
+            actor__sat__d_pi=0.0,
+        ),
+    ]
     result = checks.check_kept_weights(aliased)
     assert result.passed is False and "kept_weights_identical = 1.0" in result.detail
     assert checks.check_kept_weights(good[:1]).passed is False  # no lagged step at all
@@ -93,8 +108,10 @@ def test_runner_kills_the_process_group_at_the_time_limit_and_keeps_shm_in_use(t
     if not SHM.is_dir():
         pytest.skip("no /dev/shm")
     left, other = SHM / f"psm_smoke_left_{os.getpid()}", SHM / f"psm_smoke_other_{os.getpid()}"
-    script = (f"import pathlib, subprocess, sys, time; pathlib.Path('{left}').write_text('x'); "
-              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)")
+    script = (
+        f"import pathlib, subprocess, sys, time; pathlib.Path('{left}').write_text('x'); "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", f"import time; f = open('{other}', 'w'); time.sleep(30)"])
     try:
         result = run([sys.executable, "-c", script], {}, tmp_path / "log.txt", timeout_s=3, cwd=tmp_path)
@@ -112,4 +129,4 @@ def test_bad_arguments_exit_2(capsys):
         main(["verl", "--variants", "interval3"])
     assert err.value.code == 2 and "unknown ['interval3']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["openrlhf"])
+        main(["nemo"])

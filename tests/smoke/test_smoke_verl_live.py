@@ -7,45 +7,24 @@ other variants are kept runs (benchmarks/results/smoke/). Cost: about 5-6 minute
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+from _smoke_live import assert_passed, metrics
 
 pytest.importorskip("verl")
 pytest.importorskip("vllm")
 
+FRAMEWORK = "verl"
+VARIANTS = ["interval2", "sync-sat"]
 STEPS = 4
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smoke")
-    proc = subprocess.run([sys.executable, "-m", "sat_ext.cli", "smoke", "verl", "--variants", "interval2,sync-sat",
-                           "--steps", str(STEPS), "--out", str(out), "--device", "cpu"],
-                          capture_output=True, text=True, timeout=2400)
-    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else None
-    return proc, summary, out
-
-
-def _records(out, variant):
-    return [json.loads(line) for line in (out / variant / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
 def test_the_smoke_command_passes_and_writes_its_outputs(smoke):
-    proc, summary, out = smoke
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert summary["passed"] is True and list(summary["variants"]) == ["interval2", "sync-sat"]
-    for variant in summary["variants"]:
-        assert (out / variant / "console.log").stat().st_size > 0
-        rows = {c["name"]: c["result"] for c in summary["variants"][variant]["checks"]}
-        assert "FAIL" not in rows.values() and rows["exit"] == rows["sat active"] == "PASS"
+    assert_passed(smoke, VARIANTS)
 
 
 def test_interval2_trains_lags_1_and_2_on_restored_generating_weights(smoke):
     _, _, out = smoke
-    records = [r["data"] for r in _records(out, "interval2") if any(k.startswith("actor/") for k in r["data"])]
+    records = [r["data"] for r in metrics(out, "interval2") if any(k.startswith("actor/") for k in r["data"])]
     assert len(records) == STEPS
     for step, data in enumerate(records, 1):
         assert data["actor/sat/active"] == 1.0
@@ -60,5 +39,5 @@ def test_sync_sat_runs_through_verls_own_entry_point(smoke):
     _, _, out = smoke
     console = (out / "sync-sat" / "console.log").read_text()
     assert console.splitlines()[0].split()[2:4] == ["-m", "verl.trainer.main_ppo"]
-    records = [r["data"] for r in _records(out, "sync-sat") if any(k.startswith("actor/") for k in r["data"])]
+    records = [r["data"] for r in metrics(out, "sync-sat") if any(k.startswith("actor/") for k in r["data"])]
     assert [d["actor/sat/active"] for d in records] == [1.0] * STEPS

@@ -25,7 +25,7 @@ def run_rank(rank: int, port: int, actor_cfgs: dict, batch, halves, out_dir: str
 
         from sat_ext.core import adaptive_trust_region
         from sat_ext.verl.config import sat_config_for
-        from sat_ext.verl.config import data_parallel_group
+        from sat_ext.verl.loss import data_parallel_group
 
         results = {}
         n_tok = int(batch.padded["response_mask"].sum())
@@ -52,8 +52,14 @@ def run_rank(rank: int, port: int, actor_cfgs: dict, batch, halves, out_dir: str
             loss2, metrics2 = ppo_loss(actor, {"log_probs": model_log_probs(td2, theta2, junk2)}, td2)
             loss2.backward()
             results[name] = dict(
-                loss=loss.detach(), grad=theta.grad.clone(), metrics={k: v.values for k, v in metrics.items()},
-                lo=region.lo, hi=region.hi, q=region.q, loss2=loss2.detach(), grad2=theta2.grad.clone(),
+                loss=loss.detach(),
+                grad=theta.grad.clone(),
+                metrics={k: v.values for k, v in metrics.items()},
+                lo=region.lo,
+                hi=region.hi,
+                q=region.q,
+                loss2=loss2.detach(),
+                grad2=theta2.grad.clone(),
                 metrics2={k: v.values for k, v in metrics2.items()},
             )
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))

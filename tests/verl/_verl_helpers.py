@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
-
 import verl  # noqa: F401  (runs verl's plugin loading, as every verl process does)
 from verl import DataProto
 from verl.utils import tensordict_utils as tu
@@ -190,8 +189,9 @@ def split_batch(batch: VerlBatch, rows) -> VerlBatch:
     return VerlBatch(batch.prompt_lens[rows], batch.resp_lens[rows], padded, extra=dict(batch.extra))
 
 
-def batch_from_log_ratios(old: torch.Tensor, d: torch.Tensor, adv: torch.Tensor, resp_lens: torch.Tensor,
-                          prompt_len: int = 3, seed: int = 0) -> VerlBatch:
+def batch_from_log_ratios(
+    old: torch.Tensor, d: torch.Tensor, adv: torch.Tensor, resp_lens: torch.Tensor, prompt_len: int = 3, seed: int = 0
+) -> VerlBatch:
     """An engine-shaped batch whose response log-probs are exactly ``old + d`` (on active tokens)."""
     bs, resp_len = old.shape
     b = make_padded_batch(bs=bs, prompt_len=prompt_len, resp_len=resp_len, seed=seed)

@@ -12,7 +12,6 @@ def worker_registration_and_loss(actor_cfg) -> dict:
     import sys
 
     import torch
-
     import verl  # noqa: F401  (a verl worker process imports verl first)
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn
     from verl.utils.config import omega_conf_to_dataclass
@@ -32,9 +31,20 @@ def worker_registration_and_loss(actor_cfg) -> dict:
     adv = torch.randn((4, 6), generator=g)
     mask = torch.ones((4, 6), dtype=torch.bool)
     fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
-    loss, metrics = fn(old_log_prob=old, log_prob=lp, advantages=adv, response_mask=mask,
-                       loss_agg_mode=actor.loss_agg_mode, config=actor, rollout_is_weights=None)
+    loss, metrics = fn(
+        old_log_prob=old,
+        log_prob=lp,
+        advantages=adv,
+        response_mask=mask,
+        loss_agg_mode=actor.loss_agg_mode,
+        config=actor,
+        rollout_is_weights=None,
+    )
     loss.backward()
-    out.update(fn_module=fn.__module__, loss=float(loss), grad_finite=bool(torch.isfinite(lp.grad).all()),
-               metric_keys=sorted(metrics))
+    out.update(
+        fn_module=fn.__module__,
+        loss=float(loss),
+        grad_finite=bool(torch.isfinite(lp.grad).all()),
+        metric_keys=sorted(metrics),
+    )
     return out

@@ -21,10 +21,12 @@ GARBAGE = ("nan_weights", "inf_weights", "huge_advantages", "nan_log_prob")
 
 
 def _config(loss_mode: str, agg: str, **knobs) -> ActorConfig:
-    pl = SATPolicyLossConfig(loss_mode=loss_mode, **knobs) if loss_mode.startswith("sat") else PolicyLossConfig(
-        loss_mode=loss_mode)
-    cfg = ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, loss_agg_mode=agg,
-                      policy_loss=pl)
+    pl = (
+        SATPolicyLossConfig(loss_mode=loss_mode, **knobs)
+        if loss_mode.startswith("sat")
+        else PolicyLossConfig(loss_mode=loss_mode)
+    )
+    cfg = ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, loss_agg_mode=agg, policy_loss=pl)
     # this rank's micro-batch is empty, the other rank's is not: verl's global totals are positive
     cfg.global_batch_info.update(dp_size=2, batch_num_tokens=17, global_batch_size=3, loss_scale_factor=None)
     return cfg
@@ -40,8 +42,15 @@ def _batch(seed: int = 0):
 
 
 def _call(loss_mode, cfg, lp, old, adv, mask, weights):
-    return get_policy_loss_fn(loss_mode)(old_log_prob=old, log_prob=lp, advantages=adv, response_mask=mask,
-                                         loss_agg_mode=cfg.loss_agg_mode, config=cfg, rollout_is_weights=weights)
+    return get_policy_loss_fn(loss_mode)(
+        old_log_prob=old,
+        log_prob=lp,
+        advantages=adv,
+        response_mask=mask,
+        loss_agg_mode=cfg.loss_agg_mode,
+        config=cfg,
+        rollout_is_weights=weights,
+    )
 
 
 @pytest.mark.parametrize("garbage", GARBAGE)

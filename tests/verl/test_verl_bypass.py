@@ -41,8 +41,11 @@ def test_bypass_mode_feeds_rollout_log_probs_to_sat(loss_mode):
     tag_rows(batch)
     tensors = {k: v for k, v in batch.padded.items() if k != "old_log_probs"}
     data = DataProto.from_dict(tensors=tensors)
-    apply_bypass_mode(batch=data, rollout_corr_config=cfg.algorithm.get("rollout_correction", None),
-                      policy_loss_config=cfg.actor_rollout_ref.actor.policy_loss)
+    apply_bypass_mode(
+        batch=data,
+        rollout_corr_config=cfg.algorithm.get("rollout_correction", None),
+        policy_loss_config=cfg.actor_rollout_ref.actor.policy_loss,
+    )
     rollout = batch.padded["rollout_log_probs"]
     assert torch.equal(data.batch["old_log_probs"], rollout)
     assert data.batch["old_log_probs"].data_ptr() == data.batch["rollout_log_probs"].data_ptr()
@@ -90,5 +93,8 @@ def test_bypass_requires_rollout_log_probs():
     batch = make_padded_batch(bs=2, seed=1)
     data = DataProto.from_dict(tensors={k: v for k, v in batch.padded.items() if k != "old_log_probs"})
     with pytest.raises(ValueError, match="calculate_log_probs"):
-        apply_bypass_mode(batch=data, rollout_corr_config=cfg.algorithm.rollout_correction,
-                          policy_loss_config=cfg.actor_rollout_ref.actor.policy_loss)
+        apply_bypass_mode(
+            batch=data,
+            rollout_corr_config=cfg.algorithm.rollout_correction,
+            policy_loss_config=cfg.actor_rollout_ref.actor.policy_loss,
+        )

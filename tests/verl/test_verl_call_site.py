@@ -31,7 +31,7 @@ from verl.workers.config import FSDPActorConfig, McoreActorConfig
 from verl.workers.utils.losses import ppo_loss
 
 from sat_ext.verl.config import SATPolicyLossConfig
-from sat_ext.verl.config import METRIC_NAMES
+from sat_ext.verl.loss import METRIC_NAMES
 
 
 def test_hydra_compose_builds_sat_config_with_knobs():
@@ -41,7 +41,13 @@ def test_hydra_compose_builds_sat_config_with_knobs():
     assert isinstance(actor, FSDPActorConfig)
     pl = actor.policy_loss
     assert type(pl) is SATPolicyLossConfig
-    assert (pl.loss_mode, pl.sat_quantile, pl.sat_kernel, pl.sat_exponent, pl.sat_c_min) == ("sat", 0.8, "power", 3, 0.1)
+    assert (pl.loss_mode, pl.sat_quantile, pl.sat_kernel, pl.sat_exponent, pl.sat_c_min) == (
+        "sat",
+        0.8,
+        "power",
+        3,
+        0.1,
+    )
     assert pl.sat_gate_scope == "micro" and pl.sat_proxy == "old"  # untouched knobs keep SAT's defaults
     assert actor.global_batch_info == {}
 
@@ -65,8 +71,9 @@ def _run_ppo_loss(actor, batch, n_micro, dp_size=1, global_info=True):
 @pytest.mark.parametrize("loss_mode", ["sat", "sat_gspo"])
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
 def test_ppo_loss_with_sat_on_engine_shaped_batch(loss_mode, agg):
-    actor = actor_config(loss_mode, extra=(f"actor_rollout_ref.actor.loss_agg_mode={agg}",), quantile=0.8,
-                         kernel="power")
+    actor = actor_config(
+        loss_mode, extra=(f"actor_rollout_ref.actor.loss_agg_mode={agg}",), quantile=0.8, kernel="power"
+    )
     batch = make_padded_batch(bs=8, seed=11, log_ratio_scale=0.5)
     results, theta, junk = _run_ppo_loss(actor, batch, n_micro=2)
     total = sum(loss for _, loss, _ in results)
@@ -75,8 +82,12 @@ def test_ppo_loss_with_sat_on_engine_shaped_batch(loss_mode, agg):
     assert torch.count_nonzero(junk.grad) == 0, "prompt / past-the-end log-prob positions must get no gradient"
     mask = batch.padded["response_mask"].bool()
     assert torch.count_nonzero(theta.grad[~mask]) == 0, "padding and masked tokens must get no gradient"
-    assert actor.global_batch_info == {"dp_size": 1, "batch_num_tokens": int(mask.sum()), "global_batch_size": 8,
-                                       "loss_scale_factor": None}
+    assert actor.global_batch_info == {
+        "dp_size": 1,
+        "batch_num_tokens": int(mask.sum()),
+        "global_batch_size": 8,
+        "loss_scale_factor": None,
+    }
 
     # Reference: the registered loss called directly on what ppo_loss must have seen after unpadding.
     fn = get_policy_loss_fn(loss_mode)
@@ -85,8 +96,12 @@ def test_ppo_loss_with_sat_on_engine_shaped_batch(loss_mode, agg):
     for micro, loss, metrics in results:
         rows = micro["row_id"]
         ref_loss, ref_metrics = fn(
-            old_log_prob=batch.padded["old_log_probs"][rows], log_prob=padded_log_prob(batch, ref_theta, rows),
-            advantages=batch.padded["advantages"][rows], response_mask=mask[rows], loss_agg_mode=agg, config=actor,
+            old_log_prob=batch.padded["old_log_probs"][rows],
+            log_prob=padded_log_prob(batch, ref_theta, rows),
+            advantages=batch.padded["advantages"][rows],
+            response_mask=mask[rows],
+            loss_agg_mode=agg,
+            config=actor,
         )
         assert torch.equal(loss.detach(), ref_loss.detach())
         ref_total = ref_total + ref_loss
@@ -110,7 +125,7 @@ def test_loss_mode_sat_without_target_runs_with_sat_defaults():
     assert type(actor.policy_loss) is PolicyLossConfig and actor.policy_loss.loss_mode == "sat"
     batch = make_padded_batch(bs=4, seed=3)
     results, theta, _ = _run_ppo_loss(actor, batch, n_micro=1)
-    (_, loss, metrics), = results
+    ((_, loss, metrics),) = results
     loss.backward()
     assert metrics["actor/sat/active"].values == [1.0] and torch.isfinite(theta.grad).all()
 
@@ -119,7 +134,7 @@ def test_ppo_loss_without_global_batch_info_is_mean_aggregated():
     actor = actor_config("sat")
     batch = make_padded_batch(bs=4, seed=2)
     results, theta, _ = _run_ppo_loss(actor, batch, n_micro=1, global_info=False)
-    (_, loss, metrics), = results
+    ((_, loss, metrics),) = results
     loss.backward()
     assert metrics["actor/pg_loss"].aggregation == AggregationType.MEAN
     assert torch.isfinite(theta.grad).all()
@@ -127,9 +142,14 @@ def test_ppo_loss_without_global_batch_info_is_mean_aggregated():
 
 def test_megatron_trainer_config_with_rollout_is_weights():
     """ppo_megatron_trainer composes to McoreActorConfig; SAT runs with rollout IS weights in the batch."""
-    actor = actor_config("sat", config_name="ppo_megatron_trainer",
-                         extra=("actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.actor.clip_ratio_c=10"),
-                         quantile=0.85, gate_scope="global", global_method="hist")
+    actor = actor_config(
+        "sat",
+        config_name="ppo_megatron_trainer",
+        extra=("actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.actor.clip_ratio_c=10"),
+        quantile=0.85,
+        gate_scope="global",
+        global_method="hist",
+    )
     assert isinstance(actor, McoreActorConfig)
     assert isinstance(actor.policy_loss, SATPolicyLossConfig) and actor.policy_loss.sat_gate_scope == "global"
     batch = make_padded_batch(bs=4, seed=5, with_rollout_is_weights=True)
@@ -153,8 +173,9 @@ BAD = [
 ]
 
 
-CASES = [("ppo_trainer", *b) for b in BAD] + [("ppo_megatron_trainer", *b) for b in BAD if b[0] in ("sat_quantile",
-                                                                                                  "sat_bogus")]
+CASES = [("ppo_trainer", *b) for b in BAD] + [
+    ("ppo_megatron_trainer", *b) for b in BAD if b[0] in ("sat_quantile", "sat_bogus")
+]
 
 
 @pytest.mark.parametrize("config_name,key,value,shown", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
@@ -184,4 +205,4 @@ def test_documented_command_composes():
     actor = build_actor_config(cfg.actor_rollout_ref.actor)
     assert isinstance(actor.policy_loss, SATPolicyLossConfig) and actor.policy_loss.loss_mode == "sat"
     assert cfg.algorithm.rollout_correction.bypass_mode is True
-    assert get_policy_loss_fn(actor.policy_loss.loss_mode).__module__ == "sat_ext.verl.config"
+    assert get_policy_loss_fn(actor.policy_loss.loss_mode).__module__ == "sat_ext.verl.loss"

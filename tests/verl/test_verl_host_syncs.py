@@ -22,16 +22,25 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import _common as C  # noqa: E402
 import bench_loss as B  # noqa: E402
 
-PAIRS = [(B.Case("sat", "micro", "token-mean"), B.Case("vanilla", "-", "token-mean")),
-         (B.Case("sat_gspo", "micro", "seq-mean-token-mean"), B.Case("gspo", "-", "seq-mean-token-mean"))]
+PAIRS = [
+    (B.Case("sat", "micro", "token-mean"), B.Case("vanilla", "-", "token-mean")),
+    (B.Case("sat_gspo", "micro", "seq-mean-token-mean"), B.Case("gspo", "-", "seq-mean-token-mean")),
+]
 
 
 def _call(case: B.Case, x: dict, cfg):
     def run():
         lp = x["lp"].clone().requires_grad_(True)
-        loss, _ = get_policy_loss_fn(case.loss)(old_log_prob=x["old"], log_prob=lp, advantages=x["adv"],
-                                                response_mask=x["mask"], loss_agg_mode=case.agg, config=cfg)
+        loss, _ = get_policy_loss_fn(case.loss)(
+            old_log_prob=x["old"],
+            log_prob=lp,
+            advantages=x["adv"],
+            response_mask=x["mask"],
+            loss_agg_mode=case.agg,
+            config=cfg,
+        )
         loss.backward()
+
     return run
 
 

@@ -18,7 +18,7 @@ from verl.utils.metric import AggregationType, Metric
 from verl.utils.py_functional import append_to_dict
 from verl.workers.utils.losses import ppo_loss
 
-from sat_ext.verl.config import METRIC_NAMES
+from sat_ext.verl.loss import METRIC_NAMES
 
 KEYS = set(METRIC_NAMES) | {"actor/pg_loss"}
 
@@ -50,8 +50,10 @@ def test_same_keys_on_every_micro_batch_and_rank(loss_mode, global_info):
     n_tok = int(batch.padded["response_mask"].sum()) if global_info else None
     n_seq = 12 if global_info else None
     dp_size = 2 if global_info else 1
-    plan = {0: [([0, 1], "normal"), ([2, 3], "padding"), ([4, 5], "nan")],
-            1: [([6, 7], "normal"), ([8, 9], "nan"), ([10, 11], "padding")]}
+    plan = {
+        0: [([0, 1], "normal"), ([2, 3], "padding"), ([4, 5], "nan")],
+        1: [([6, 7], "normal"), ([8, 9], "nan"), ([10, 11], "padding")],
+    }
     per_rank = {}
     for rank, micro_batches in plan.items():
         merged: dict = {}

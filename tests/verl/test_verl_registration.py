@@ -17,7 +17,7 @@ import os
 import pytest
 from _verl_helpers import compose, sat_overrides
 
-SAT_MODULE = "sat_ext.verl.config"
+SAT_MODULE = "sat_ext.verl.loss"
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +75,14 @@ def ray_session():
     env = {k: v for k, v in os.environ.items() if k.startswith("VERL_USE_EXTERNAL")}
     for k in env:
         os.environ.pop(k)
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    ray.init(
+        address="local",
+        num_cpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+    )
     try:
         yield ray, _verl_ray_tasks
     finally:
@@ -89,11 +95,15 @@ def test_ray_worker_registers_and_runs_sat(ray_session):
     ray, tasks = ray_session
     actor_cfg = compose(sat_overrides("sat_gspo", quantile=0.8)).actor_rollout_ref.actor
     task = ray.remote(num_cpus=1)(tasks.worker_registration_and_loss)
-    res_auto, res_none = ray.get([
-        task.remote(actor_cfg),
-        task.options(runtime_env={"env_vars": {"VERL_USE_EXTERNAL_PLUGINS": "none", "OMP_NUM_THREADS": "1"}}).remote(
-            actor_cfg),
-    ], timeout=300)
+    res_auto, res_none = ray.get(
+        [
+            task.remote(actor_cfg),
+            task.options(
+                runtime_env={"env_vars": {"VERL_USE_EXTERNAL_PLUGINS": "none", "OMP_NUM_THREADS": "1"}}
+            ).remote(actor_cfg),
+        ],
+        timeout=300,
+    )
     assert res_auto["pid"] != os.getpid() and res_none["pid"] != os.getpid()
 
     # Default plugin loading: import verl in the worker registered both, via the entry point.

@@ -6,15 +6,16 @@ import functools
 import itertools
 from types import SimpleNamespace
 
-from sat_ext.lag.batches import over_bound
+from sat_ext.lag.accounting import batch_lags, check_within_bound
 from sat_ext.lag.metrics import LagMetrics
-from sat_ext.lag.schedule import scheduled_lag
-from sat_ext.lag.versions import lag_in_steps, sample_lag
 
+from .. import _upstream
 from .clock import LagClock
 from .flags import lag_config
 from .samples import _prompt_groups, _response_tokens, _span, _tag
 from .timing import _Counted, _TimedLock, _TimedQueue
+
+LAG_STATE_KEY = "sat_ext_lag"  # in OpenRLHF's checkpoint client states: LagMetrics.state_dict()
 
 
 def install() -> None:
@@ -60,7 +61,7 @@ def lag_actor_classes() -> SimpleNamespace:
             self.rollout_slots = _TimedQueue(self.rollout_slots, idle)
             self.vllm_lock = _TimedLock(self.vllm_lock, idle)
             sg = self.samples_generator
-            sg._generate_vllm = self._lag_generate_vllm(sg._generate_vllm)
+            _upstream.wrap_generate_vllm(sg, self._lag_generate_vllm)
             if self.lag_cfg.mode == "interval":
                 sg.generate_samples = self._lag_scheduled(sg.generate_samples)
 
@@ -70,15 +71,16 @@ def lag_actor_classes() -> SimpleNamespace:
             @functools.wraps(generate_vllm)
             def wrapped(dataloader_iter, num_prompts, dynamic_filtering, **kwargs):
                 requeued = None
-                if dataloader_iter is getattr(sg, "_dataloader_iter", None) and self.lag_cfg.over_bound == "regenerate":
+                if dataloader_iter is _upstream.training_prompts(sg) and self.lag_cfg.over_bound == "regenerate":
                     items = ray.get(self.lag_clock.take_requeued.remote(num_prompts))
                     if items:
                         requeued = _Counted(items)
                         dataloader_iter = itertools.chain(requeued, dataloader_iter)
                 oldest = ray.get(self.lag_clock.current_version.remote())
                 experiences, prompts_consumed, exhausted = generate_vllm(
-                    dataloader_iter, num_prompts, dynamic_filtering, **kwargs)
-                newest = ray.get(self.lag_clock.current_version.remote()) if self._partial_rollout else None
+                    dataloader_iter, num_prompts, dynamic_filtering, **kwargs
+                )
+                newest = ray.get(self.lag_clock.current_version.remote()) if _upstream.partial_rollout(self) else None
                 _tag(experiences, oldest, newest)
                 if requeued is not None:  # regenerated prompts were counted when first drawn
                     prompts_consumed -= requeued.taken
@@ -89,7 +91,7 @@ def lag_actor_classes() -> SimpleNamespace:
         def _lag_scheduled(self, generate_samples):
             @functools.wraps(generate_samples)
             def wrapped(**kwargs):
-                locked = not self._partial_rollout  # OpenRLHF's fit holds the vLLM lock around this call
+                locked = not _upstream.partial_rollout(self)  # OpenRLHF's fit holds the vLLM lock around this call
                 if locked:
                     ray.get(self.vllm_lock.release.remote())
                 try:
@@ -151,26 +153,36 @@ def lag_actor_classes() -> SimpleNamespace:
             ray.get(self.lag_clock.start.remote(global_step))
             return super().fit(global_step)
 
-        def _lag_consume(self, rollout_samples, version: int, steps_done: int, step: int) -> list:
+        def init_checkpoint_states(self):
+            """OpenRLHF's resume states; the lag totals saved with them are restored (0 without a checkpoint)."""
+            states = super().init_checkpoint_states()
+            self.lag_metrics.load_state_dict(states.get(LAG_STATE_KEY, {}))
+            return states
+
+        def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None):
+            """OpenRLHF's save, with the lag totals (``lag/dropped_total``, ...) in the checkpoint's client states."""
+            client_states = {**(client_states or {}), LAG_STATE_KEY: self.lag_metrics.state_dict()}
+            return super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+
+        def _lag_consume(self, rollout_samples, version: int, steps_done: int) -> list:
             """The samples to train on: every sample's lag recorded; in bounded mode the prompt groups with a
             sample over the bound are removed (dropped, or sent back to the generator to regenerate); with
             ``over_bound wait`` (the default) OpenRLHF's first-in first-out queue of at most L batches is the
             guarantee, and a sample over the bound is an error."""
             cfg = self.lag_cfg
-            spans = [_span([s]) for s in rollout_samples]
-            lags = [sample_lag(version, span) for span in spans]
+            lags = batch_lags(cfg, version, steps_done, [_span([s]) for s in rollout_samples])
             tokens = [_response_tokens(s) for s in rollout_samples]
-            over = [over_bound(cfg, lag) for lag in lags]
+            over = list(lags.over)
             if any(over) and cfg.over_bound == "wait":
-                raise AssertionError(f"a sample with lag {max(lags)} > --lag.max_lag {cfg.max_lag} reached the trainer")
+                check_within_bound(cfg, lags, "OpenRLHF's trainer (--lag.over_bound wait)")
             if any(over):
                 n = self.args.rollout.n_samples_per_prompt
                 _prompt_groups(rollout_samples, n)  # raises unless whole groups
                 requeue = []
                 for start in range(0, len(rollout_samples), n):
-                    if any(over[start:start + n]):
-                        over[start:start + n] = [True] * n
-                        group_tokens = sum(tokens[start:start + n])
+                    if any(over[start : start + n]):
+                        over[start : start + n] = [True] * n
+                        group_tokens = sum(tokens[start : start + n])
                         if cfg.over_bound == "drop":
                             self.lag_metrics.record_dropped(n, group_tokens)
                         else:
@@ -179,21 +191,16 @@ def lag_actor_classes() -> SimpleNamespace:
                             requeue.append((None, first.prompts[:1], first.labels[:1], first.images[:1] or [None]))
                 if requeue:
                     ray.get(self.lag_clock.requeue.remote(requeue))
-            scheduled = scheduled_lag(step, cfg.interval, cfg.prefetch) if cfg.mode == "interval" else None
-            kept = []
-            for sample, span, lag, stale, n_tokens in zip(rollout_samples, spans, lags, over, tokens, strict=True):
-                if not stale:
-                    steps = lag_in_steps(steps_done, span, cfg.sync_every)
-                    self.lag_metrics.record_consumed(lag, steps, scheduled, n_tokens)
-                    kept.append(sample)
-            return kept
+            keep = [not stale for stale in over]
+            self.lag_metrics.record_batch(lags, tokens, keep)
+            return [sample for sample, kept in zip(rollout_samples, keep, strict=True) if kept]
 
         def train_step(self, rollout_samples, global_step: int):
             cfg = self.lag_cfg
             k = cfg.sync_every
             version = global_step // k  # weight syncs after steps k, 2k, ... <= global_step
             step = global_step + 1
-            kept = self._lag_consume(rollout_samples, version, global_step, step)
+            kept = self._lag_consume(rollout_samples, version, global_step)
             self._lag_step, self._lag_synced = step, False
             if kept:
                 self._lag_in_step = True
@@ -248,6 +255,7 @@ def lag_ppo_trainer_async():
     import ray
     from openrlhf.trainer import ppo_trainer_async as pta
 
+    _upstream.check()  # every private OpenRLHF member the lag actors use, before any is used
     base = pta.PPOTrainerAsync.__ray_actor_class__
     if getattr(base, "_sat_ext_lag", False):  # already installed
         return pta.PPOTrainerAsync
@@ -267,13 +275,11 @@ def lag_ppo_trainer_async():
                 return
             classes = lag_actor_classes()
             self.lag_clock = classes.clock.remote(cfg.mode, cfg.sync_every, cfg.prefetch)
-            names = base.__init__.__globals__
-            saved = {name: names[name] for name in ("GenerateSamplesActor", "TrainingActor")}
-            names["GenerateSamplesActor"] = _WithKwargs(classes.generator, lag_clock=self.lag_clock)
-            names["TrainingActor"] = _WithKwargs(classes.trainer, lag_clock=self.lag_clock)
-            try:
+            lag_classes = {
+                "GenerateSamplesActor": _WithKwargs(classes.generator, lag_clock=self.lag_clock),
+                "TrainingActor": _WithKwargs(classes.trainer, lag_clock=self.lag_clock),
+            }
+            with _upstream.actor_classes_bound(base.__init__, lag_classes):
                 super().__init__(pretrain, strategy, *args, **kwargs)
-            finally:
-                names.update(saved)
 
     return ray.remote(LagPPOTrainerAsync)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sat_ext.lag.schedule import last_claimable_step
+from sat_ext.lag.schedule import last_claimable_step, may_claim
 
 
 class LagClock:
@@ -67,7 +67,7 @@ class LagClock:
             return False
         if self.mode != "interval":
             return True
-        return self.next_step <= last_claimable_step(self.version, self.sync_every, self.prefetch)
+        return may_claim(self.next_step, self.version, self.sync_every, self.prefetch)
 
     async def claim(self) -> tuple[int, int]:
         """Interval mode: wait until the next batch's scheduled version exists; returns (step, version)."""
@@ -118,7 +118,3 @@ class LagClock:
     async def take_requeued(self, limit: int) -> list[Any]:
         items, self.requeued = self.requeued[:limit], self.requeued[limit:]
         return items
-
-    async def stats(self) -> dict[str, Any]:
-        return {"version": self.version, "next_step": self.next_step, "done_upto": self.done_upto,
-                "closed": self.closed, "requeued": len(self.requeued)}

@@ -33,7 +33,7 @@ def _prompt_groups(samples, n: int) -> list[list]:
     """The rollout's prompt groups: OpenRLHF generates the n samples of a prompt together, contiguously."""
     if len(samples) % n:
         raise ValueError(f"{len(samples)} rollout samples are not whole groups of --rollout.n_samples_per_prompt {n}")
-    groups = [samples[i:i + n] for i in range(0, len(samples), n)]
+    groups = [samples[i : i + n] for i in range(0, len(samples), n)]
     for group in groups:
         if len({p for s in group for p in s.prompts}) != 1:
             raise ValueError("a rollout prompt group mixes prompts: cannot drop or regenerate it as a whole")

@@ -30,8 +30,14 @@ def _device_module() -> types.ModuleType:
         setattr(module, name, getattr(torch.cpu, name))
     module.current_device = lambda: "cpu"  # an int would mean cuda:<int> to torch
     module.set_device = _noop
-    for name in ("empty_cache", "ipc_collect", "reset_peak_memory_stats", "set_per_process_memory_fraction",
-                 "manual_seed", "manual_seed_all"):
+    for name in (
+        "empty_cache",
+        "ipc_collect",
+        "reset_peak_memory_stats",
+        "set_per_process_memory_fraction",
+        "manual_seed",
+        "manual_seed_all",
+    ):
         setattr(module, name, _noop)
     for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
         setattr(module, name, _zero)

