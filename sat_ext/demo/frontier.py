@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 

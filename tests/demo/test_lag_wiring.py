@@ -1,8 +1,8 @@
 import pytest
 
+from sat_ext.demo.engines import Mismatch
 from sat_ext.demo.losses import default_settings
 from sat_ext.demo.methods import Method
-from sat_ext.demo.engines import Mismatch
 from sat_ext.demo.model import build_policy
 from sat_ext.demo.spec import WarmStartSpec
 from sat_ext.demo.train import lag_config, run

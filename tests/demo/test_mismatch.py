@@ -6,8 +6,6 @@ from sat_ext.demo.model import build_policy, policy_inputs, router_choices, toke
 from sat_ext.demo.task import response_mask
 
 
-
-
 def _gen(policy, task, prompts, mismatch):
     eng = EmulatedEngine(policy, mismatch, seed=0)
     out = eng.generate(prompts, task.response_len, torch.Generator().manual_seed(2))

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from sat_ext.demo.losses import default_settings, setting_for
 from sat_ext.demo.engines import Mismatch
 from sat_ext.demo.learner import tis_weights
+from sat_ext.demo.losses import default_settings, setting_for
 from sat_ext.demo.methods import Method, parse_method
 from sat_ext.demo.paper import PAPER_TABLE1
 from sat_ext.demo.spec import WarmStartSpec

@@ -9,7 +9,6 @@ from sat_ext.demo.routing import capture_routing, replay_routing
 from sat_ext.demo.task import response_mask
 
 
-
 def _trainer_choices(policy, prompts, responses, routing=None):
     """The experts the trainer's routers pick in its forward, (layers, n, T, k), sorted per token."""
     n = prompts.shape[0]

@@ -4,8 +4,20 @@ import math
 
 import pytest
 
-from sat_ext.demo.stats import (ABOVE, BELOW, COLLAPSE, TIE, CollapseRule, Diff, collapse_onset, collapse_reason,
-                                mean_se, paired, stable_lag, verdict)
+from sat_ext.demo.stats import (
+    ABOVE,
+    BELOW,
+    COLLAPSE,
+    TIE,
+    CollapseRule,
+    Diff,
+    collapse_onset,
+    collapse_reason,
+    mean_se,
+    paired,
+    stable_lag,
+    verdict,
+)
 
 
 def test_mean_se_is_the_standard_error_of_the_mean():
