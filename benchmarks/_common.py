@@ -39,11 +39,13 @@ def _cpu_model() -> str:
 
 def _git_commit() -> str:
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
         paths = ("sat_ext/core", "sat_ext/verl", "sat_ext/lag")
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", *paths],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", *paths], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
         return out.stdout.strip() + (" + uncommitted changes in sat_ext/{core,verl,lag}" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -205,8 +207,17 @@ def torch_alloc_peak_bytes(fn: Callable[[], Any], marker: str | None = None) -> 
 # aten ops whose result the host must wait for: a value read back (item, bool(), int(), float()), or an output
 # shape that depends on the data (nonzero and boolean indexing, masked_select, unique, bincount). On a GPU each
 # is a blocking round-trip, and a data-dependent shape also rules out CUDA graphs.
-SYNC_EVENTS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::bincount",
-               "aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_consecutive", "aten::unique_dim")
+SYNC_EVENTS = (
+    "aten::_local_scalar_dense",
+    "aten::nonzero",
+    "aten::masked_select",
+    "aten::bincount",
+    "aten::unique",
+    "aten::_unique",
+    "aten::_unique2",
+    "aten::unique_consecutive",
+    "aten::unique_dim",
+)
 SYNC_METHODS = ("tolist", "numpy")  # device-to-host copies made from Python (no aten event on the CPU)
 
 
@@ -228,6 +239,7 @@ def host_syncs(fn: Callable[[], Any]) -> dict[str, int]:
 
     with profile(activities=[ProfilerActivity.CPU]) as prof, Copies():
         fn()
+
     def inside_another(e) -> bool:
         parent = e.cpu_parent
         while parent is not None:

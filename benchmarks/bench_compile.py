@@ -35,6 +35,7 @@ def job(fn, cfg: SATConfig, x: dict[str, torch.Tensor]):
         lp = lp0.clone().requires_grad_(True)
         out = fn(lp, old, adv, mask, cfg)
         (torch.where(mask, out.loss_mat, 0.0).sum() / n).backward()
+
     return run
 
 
@@ -52,7 +53,10 @@ def main(argv=None) -> None:
     for size in args.sizes.split(","):
         n = C.parse_size(size)
         x = make_inputs(n, 4096, torch.device("cpu"))
-        for name, fn, cfg in (("sat", sat_token_loss, SATConfig()), ("sat_gspo", sat_gspo_loss, SATConfig(dual_clip=None))):
+        for name, fn, cfg in (
+            ("sat", sat_token_loss, SATConfig()),
+            ("sat_gspo", sat_gspo_loss, SATConfig(dual_clip=None)),
+        ):
             eager = job(fn, cfg, x)
             compiled = job(torch.compile(fn, dynamic=True), cfg, x)
             t0 = time.perf_counter()
@@ -65,16 +69,42 @@ def main(argv=None) -> None:
                     f()
                     times[label].append(time.perf_counter() - t0)
             e, c = statistics.median(times["eager"]) * 1e3, statistics.median(times["compiled"]) * 1e3
-            rows.append({"tokens": n, "loss": name, "eager_ms": e, "compiled_ms": c, "compiled_over_eager": c / e,
-                         "first_compiled_call_s": first})
-            print(f"{size:>5} {name:9s} eager {e:9.2f} ms  compiled {c:9.2f} ms  x{c / e:.3f}  (first call {first:.1f} s)",
-                  flush=True)
+            rows.append(
+                {
+                    "tokens": n,
+                    "loss": name,
+                    "eager_ms": e,
+                    "compiled_ms": c,
+                    "compiled_over_eager": c / e,
+                    "first_compiled_call_s": first,
+                }
+            )
+            print(
+                f"{size:>5} {name:9s} eager {e:9.2f} ms  compiled {c:9.2f} ms  x{c / e:.3f}"
+                f"  (first call {first:.1f} s)",
+                flush=True,
+            )
     C.write_csv(C.RESULTS / f"{args.stem}.csv", rows, env)
-    table = C.md_table(["tokens", "loss", "eager ms", "compiled ms", "compiled / eager", "first compiled call s"],
-                       [[C.fmt_size(r["tokens"]), r["loss"], f"{r['eager_ms']:.2f}", f"{r['compiled_ms']:.2f}",
-                         f"{r['compiled_over_eager']:.3f}", f"{r['first_compiled_call_s']:.1f}"] for r in rows])
-    C.write_md(C.RESULTS / f"{args.stem}.md", "bench_compile: SAT's fast path, eager vs torch.compile", env,
-               [("Forward + backward (medians)", table)])
+    table = C.md_table(
+        ["tokens", "loss", "eager ms", "compiled ms", "compiled / eager", "first compiled call s"],
+        [
+            [
+                C.fmt_size(r["tokens"]),
+                r["loss"],
+                f"{r['eager_ms']:.2f}",
+                f"{r['compiled_ms']:.2f}",
+                f"{r['compiled_over_eager']:.3f}",
+                f"{r['first_compiled_call_s']:.1f}",
+            ]
+            for r in rows
+        ],
+    )
+    C.write_md(
+        C.RESULTS / f"{args.stem}.md",
+        "bench_compile: SAT's fast path, eager vs torch.compile",
+        env,
+        [("Forward + backward (medians)", table)],
+    )
     print(f"wrote {C.RESULTS / args.stem}.md")
 
 

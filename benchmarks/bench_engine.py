@@ -16,7 +16,6 @@ import statistics
 import time
 
 import torch
-
 from _common import RESULTS, environment, md_table, write_csv, write_md
 
 
@@ -69,10 +68,18 @@ def measure(kind: str, numerics: str, repeats: int) -> dict:
 
     train_s = _median_s(train_step, repeats)
     engine.close()
-    return {"engine": kind, "numerics": numerics, "start_s": start_s, "generate_ms": 1e3 * gen_s,
-            "generate_r3_ms": 1e3 * gen_r3_s, "sync_ms": 1e3 * sync_s, "trainer_step_ms": 1e3 * train_s,
-            "logprob_err_max": float(d.max()), "logprob_err_mean": float(d.mean()),
-            "routing_differs": float(1 - same[:, valid].float().mean())}
+    return {
+        "engine": kind,
+        "numerics": numerics,
+        "start_s": start_s,
+        "generate_ms": 1e3 * gen_s,
+        "generate_r3_ms": 1e3 * gen_r3_s,
+        "sync_ms": 1e3 * sync_s,
+        "trainer_step_ms": 1e3 * train_s,
+        "logprob_err_max": float(d.max()),
+        "logprob_err_mean": float(d.mean()),
+        "routing_differs": float(1 - same[:, valid].float().mean()),
+    }
 
 
 def main() -> None:
@@ -86,19 +93,51 @@ def main() -> None:
     if vllm_available()[0]:
         cases = [("vllm", "fp32"), ("vllm", "bf16"), *cases]
     rows = [measure(kind, numerics, args.repeats) for kind, numerics in cases]
-    env = environment(torch.device("cpu"), repeats=str(args.repeats), batch="8 prompts x 8 samples x 4 tokens",
-                      trainer_threads="1")
+    env = environment(
+        torch.device("cpu"), repeats=str(args.repeats), batch="8 prompts x 8 samples x 4 tokens", trainer_threads="1"
+    )
     write_csv(RESULTS / "bench_engine.csv", rows, env)
-    header = ["engine", "numerics", "start (s)", "generate (ms)", "generate + R3 capture (ms)", "sync (ms)",
-              "trainer fwd+bwd+step (ms)", "log-prob error max / mean", "routing differs"]
-    table = md_table(header, [[r["engine"], r["numerics"], f"{r['start_s']:.1f}", f"{r['generate_ms']:.0f}",
-                               f"{r['generate_r3_ms']:.0f}", f"{r['sync_ms']:.0f}", f"{r['trainer_step_ms']:.0f}",
-                               f"{r['logprob_err_max']:.1e} / {r['logprob_err_mean']:.1e}",
-                               f"{100 * r['routing_differs']:.2f}%"] for r in rows])
-    write_md(RESULTS / "bench_engine.md", "Rollout engines of the CPU demo, per trainer step", env,
-             [("Medians over repeats; log-prob error = |engine - trainer forward| of the engine's own samples "
-               "right after a sync (the emulated engine's includes its perturbed routers); routing differs = "
-               "share of (token, layer) top-k choices the engine made differently from the trainer", table)])
+    header = [
+        "engine",
+        "numerics",
+        "start (s)",
+        "generate (ms)",
+        "generate + R3 capture (ms)",
+        "sync (ms)",
+        "trainer fwd+bwd+step (ms)",
+        "log-prob error max / mean",
+        "routing differs",
+    ]
+    table = md_table(
+        header,
+        [
+            [
+                r["engine"],
+                r["numerics"],
+                f"{r['start_s']:.1f}",
+                f"{r['generate_ms']:.0f}",
+                f"{r['generate_r3_ms']:.0f}",
+                f"{r['sync_ms']:.0f}",
+                f"{r['trainer_step_ms']:.0f}",
+                f"{r['logprob_err_max']:.1e} / {r['logprob_err_mean']:.1e}",
+                f"{100 * r['routing_differs']:.2f}%",
+            ]
+            for r in rows
+        ],
+    )
+    write_md(
+        RESULTS / "bench_engine.md",
+        "Rollout engines of the CPU demo, per trainer step",
+        env,
+        [
+            (
+                "Medians over repeats; log-prob error = |engine - trainer forward| of the engine's own samples "
+                "right after a sync (the emulated engine's includes its perturbed routers); routing differs = "
+                "share of (token, layer) top-k choices the engine made differently from the trainer",
+                table,
+            )
+        ],
+    )
     print(table)
 
 

@@ -43,7 +43,7 @@ TOKEN_SD = 0.05  # per-token log-ratio spread (the gate rate does not depend on 
 
 def lengths(n: int, mean: float, sigma: float, gen: torch.Generator) -> torch.Tensor:
     """Response lengths: log-normal with the given mean, prompt + response <= MAX_TOKENS."""
-    mu = math.log(mean) - sigma ** 2 / 2
+    mu = math.log(mean) - sigma**2 / 2
     raw = torch.exp(torch.randn(n, generator=gen, dtype=torch.float64) * sigma + mu)
     return raw.round().long().clamp(8, MAX_TOKENS - PROMPT)
 
@@ -90,8 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=C.RESULTS)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    env = C.environment(torch.device("cpu"), batches=str(args.batches), responses=str(args.responses),
-                        sigma=str(args.sigma), micro_batch_tokens=str(MAX_TOKENS))
+    env = C.environment(
+        torch.device("cpu"),
+        batches=str(args.batches),
+        responses=str(args.responses),
+        sigma=str(args.sigma),
+        micro_batch_tokens=str(MAX_TOKENS),
+    )
     rows = []
     for mean in map(int, args.means.split(",")):
         gen = torch.Generator().manual_seed(mean)
@@ -108,29 +113,63 @@ def main(argv: list[str] | None = None) -> int:
                     rates[loss] += got[loss]
                 per_micro += [len(part) for part in parts]
             for loss, values in rates.items():
-                row = {"mean_len": mean, "d_model": model, "loss": loss, "micro_batches": len(values),
-                       "responses_per_micro": statistics.mean(per_micro),
-                       "measured_mean_len": float(torch.cat([b[0] for b in batches]).double().mean()),
-                       "gate_rate_mean": statistics.mean(values),
-                       "micro_batches_gating_nothing": sum(v == 0 for v in values) / len(values)}
+                row = {
+                    "mean_len": mean,
+                    "d_model": model,
+                    "loss": loss,
+                    "micro_batches": len(values),
+                    "responses_per_micro": statistics.mean(per_micro),
+                    "measured_mean_len": float(torch.cat([b[0] for b in batches]).double().mean()),
+                    "gate_rate_mean": statistics.mean(values),
+                    "micro_batches_gating_nothing": sum(v == 0 for v in values) / len(values),
+                }
                 rows.append(row)
-                print(f"mean {mean:>6} d={model:<4} {loss:<8} gate rate {row['gate_rate_mean']:.4f}, nothing gated in "
-                      f"{row['micro_batches_gating_nothing']:.0%} of {len(values)} micro-batches "
-                      f"({row['responses_per_micro']:.1f} responses each)", flush=True)
+                print(
+                    f"mean {mean:>6} d={model:<4} {loss:<8} gate rate {row['gate_rate_mean']:.4f}, nothing gated in "
+                    f"{row['micro_batches_gating_nothing']:.0%} of {len(values)} micro-batches "
+                    f"({row['responses_per_micro']:.1f} responses each)",
+                    flush=True,
+                )
     C.write_csv(args.out / "bench_gspo_gate.csv", rows, env)
     table = C.md_table(
-        ["mean response length", "d of a response", "loss", "gate rate (mean over micro-batches)",
-         "micro-batches gating nothing", "responses per micro-batch", "micro-batches"],
-        [[r["mean_len"], r["d_model"], r["loss"], f"{r['gate_rate_mean']:.2%}",
-          f"{r['micro_batches_gating_nothing']:.0%}", f"{r['responses_per_micro']:.1f}", r["micro_batches"]]
-         for r in rows])
-    C.write_md(args.out / "bench_gspo_gate.md", "SAT's gate rate per micro-batch at real response lengths", env,
-               [("Gate rate", table),
-                ("Reading", "SAT-GRPO gates ~10% of each micro-batch's tokens at every length (1 - alpha, Eq. 14, "
-                 "no ties). SAT-GSPO gates whole responses and only those whose tokens, together, stay under "
-                 "10% of the micro-batch's: the fewer responses a 32k-token micro-batch holds, the less it "
-                 "gates. `mean`: a response's d is the mean of its token log-ratios (short responses have the "
-                 "largest |d| and are gated first); `iid`: d independent of length.")])
+        [
+            "mean response length",
+            "d of a response",
+            "loss",
+            "gate rate (mean over micro-batches)",
+            "micro-batches gating nothing",
+            "responses per micro-batch",
+            "micro-batches",
+        ],
+        [
+            [
+                r["mean_len"],
+                r["d_model"],
+                r["loss"],
+                f"{r['gate_rate_mean']:.2%}",
+                f"{r['micro_batches_gating_nothing']:.0%}",
+                f"{r['responses_per_micro']:.1f}",
+                r["micro_batches"],
+            ]
+            for r in rows
+        ],
+    )
+    C.write_md(
+        args.out / "bench_gspo_gate.md",
+        "SAT's gate rate per micro-batch at real response lengths",
+        env,
+        [
+            ("Gate rate", table),
+            (
+                "Reading",
+                "SAT-GRPO gates ~10% of each micro-batch's tokens at every length (1 - alpha, Eq. 14, "
+                "no ties). SAT-GSPO gates whole responses and only those whose tokens, together, stay under "
+                "10% of the micro-batch's: the fewer responses a 32k-token micro-batch holds, the less it "
+                "gates. `mean`: a response's d is the mean of its token log-ratios (short responses have the "
+                "largest |d| and are gated first); `iid`: d independent of length.",
+            ),
+        ],
+    )
     return 0
 
 

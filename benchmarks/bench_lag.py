@@ -258,37 +258,91 @@ def main(argv=None) -> None:
                 vals = [r[k] for r in runs]
                 row[k] = max(vals) if k == "lag_max" else statistics.fmean(vals)
             rows.append(row)
-            print(f"{sc.name:14s} {name:13s} {row['samples_per_s']:7.3f}/s  {row['fraction_of_limit']:.3f} of limit  "
-                  f"rollout idle {row['rollout_idle_frac']:.3f}  trainer idle {row['trainer_idle_frac']:.3f}  "
-                  f"lag {row['lag_mean']:.2f} (max {row['lag_max']})  dropped {row['dropped']:.0f}  "
-                  f"corr(lag, len) {row['lag_len_corr']:+.3f}", flush=True)
+            print(
+                f"{sc.name:14s} {name:13s} {row['samples_per_s']:7.3f}/s  {row['fraction_of_limit']:.3f} of limit  "
+                f"rollout idle {row['rollout_idle_frac']:.3f}  trainer idle {row['trainer_idle_frac']:.3f}  "
+                f"lag {row['lag_mean']:.2f} (max {row['lag_max']})  dropped {row['dropped']:.0f}  "
+                f"corr(lag, len) {row['lag_len_corr']:+.3f}",
+                flush=True,
+            )
     import torch
 
     params = "; ".join(
         f"{sc.name}: P={sc.slots} slots, B={sc.batch}, len~LogNormal(ln {sc.median_len:.0f}, {sc.sigma}) capped "
         f"{sc.max_len}, gen={sc.prefill}+{sc.per_token * 1e3:.0f}ms/token, step={sc.step_fixed}s+tokens*a, "
-        f"sync={sc.sync}s, trainer limit = {sc.trainer_speed}x producer limit" for sc in SCENARIOS)
-    env = C.environment(torch.device("cpu"), simulation="discrete-event, simulated clock, real LagController",
-                        steps=f"{args.steps} after {args.warmup} warm-up steps, {args.seeds} seeds (mean)",
-                        scenarios=params)
+        f"sync={sc.sync}s, trainer limit = {sc.trainer_speed}x producer limit"
+        for sc in SCENARIOS
+    )
+    env = C.environment(
+        torch.device("cpu"),
+        simulation="discrete-event, simulated clock, real LagController",
+        steps=f"{args.steps} after {args.warmup} warm-up steps, {args.seeds} seeds (mean)",
+        scenarios=params,
+    )
     out = Path(args.out)
     C.write_csv(out / f"{args.stem}.csv", rows, env)
-    head = ["scenario", "config", "samples/s", "fraction of pipeline limit", "rollout idle", "trainer idle",
-            "lag mean (steps)", "lag max (steps)", "dropped (frac of started)"]
-    body = [[r["scenario"], r["config"], f"{r['samples_per_s']:.3f}", f"{r['fraction_of_limit']:.3f}",
-             f"{r['rollout_idle_frac']:.3f}", f"{r['trainer_idle_frac']:.3f}", f"{r['lag_mean']:.2f}",
-             f"{r['lag_max']}", f"{r['dropped']:.0f} ({r['dropped_frac']:.3f})"] for r in rows]
-    lim = C.md_table(["scenario", "producer limit /s", "trainer limit /s", "pipeline limit /s"],
-                     [[r["scenario"], f"{r['producer_limit']:.3f}", f"{r['trainer_limit']:.3f}",
-                       f"{r['pipeline_limit']:.3f}"] for r in rows if r["config"] == "sync"])
-    length_head = ["scenario", "config", "corr(lag in steps, length)", "mean length at the lowest lag",
-                   "mean length at the highest lag", "dropped mean length / generated mean length"]
-    length_body = [[r["scenario"], r["config"], f"{r['lag_len_corr']:+.3f}", f"{r['len_at_min_lag']:.0f}",
-                    f"{r['len_at_max_lag']:.0f}",
-                    f"{r['dropped_len_over_mean']:.2f}" if r["dropped"] else "(none dropped)"] for r in rows]
-    C.write_md(out / f"{args.stem}.md", "bench_lag: lag rules, throughput and lag against length (simulated)", env,
-               [("Limits", lim), ("Throughput and idle time", C.md_table(head, body)),
-                ("Lag against response length", C.md_table(length_head, length_body))])
+    head = [
+        "scenario",
+        "config",
+        "samples/s",
+        "fraction of pipeline limit",
+        "rollout idle",
+        "trainer idle",
+        "lag mean (steps)",
+        "lag max (steps)",
+        "dropped (frac of started)",
+    ]
+    body = [
+        [
+            r["scenario"],
+            r["config"],
+            f"{r['samples_per_s']:.3f}",
+            f"{r['fraction_of_limit']:.3f}",
+            f"{r['rollout_idle_frac']:.3f}",
+            f"{r['trainer_idle_frac']:.3f}",
+            f"{r['lag_mean']:.2f}",
+            f"{r['lag_max']}",
+            f"{r['dropped']:.0f} ({r['dropped_frac']:.3f})",
+        ]
+        for r in rows
+    ]
+    lim = C.md_table(
+        ["scenario", "producer limit /s", "trainer limit /s", "pipeline limit /s"],
+        [
+            [r["scenario"], f"{r['producer_limit']:.3f}", f"{r['trainer_limit']:.3f}", f"{r['pipeline_limit']:.3f}"]
+            for r in rows
+            if r["config"] == "sync"
+        ],
+    )
+    length_head = [
+        "scenario",
+        "config",
+        "corr(lag in steps, length)",
+        "mean length at the lowest lag",
+        "mean length at the highest lag",
+        "dropped mean length / generated mean length",
+    ]
+    length_body = [
+        [
+            r["scenario"],
+            r["config"],
+            f"{r['lag_len_corr']:+.3f}",
+            f"{r['len_at_min_lag']:.0f}",
+            f"{r['len_at_max_lag']:.0f}",
+            f"{r['dropped_len_over_mean']:.2f}" if r["dropped"] else "(none dropped)",
+        ]
+        for r in rows
+    ]
+    C.write_md(
+        out / f"{args.stem}.md",
+        "bench_lag: lag rules, throughput and lag against length (simulated)",
+        env,
+        [
+            ("Limits", lim),
+            ("Throughput and idle time", C.md_table(head, body)),
+            ("Lag against response length", C.md_table(length_head, length_body)),
+        ],
+    )
     plot(rows, out / f"{args.stem}.png", env)
     print(f"wrote {out / args.stem}.csv/.md/.png")
 

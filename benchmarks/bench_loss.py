@@ -142,8 +142,12 @@ def make_inputs(n_tokens: int, seq_len: int, device: torch.device, seed: int = 0
 
 def global_batch_info(x: dict[str, torch.Tensor]) -> dict:
     """What verl's engines attach to each micro-batch (workers/utils/losses.py: dp_size, batch_num_tokens...)."""
-    return {"dp_size": 1, "batch_num_tokens": int(x["mask"].sum()), "global_batch_size": x["mask"].shape[0],
-            "loss_scale_factor": None}
+    return {
+        "dp_size": 1,
+        "batch_num_tokens": int(x["mask"].sum()),
+        "global_batch_size": x["mask"].shape[0],
+        "loss_scale_factor": None,
+    }
 
 
 class Runner:
@@ -171,11 +175,23 @@ class Runner:
         def run():
             if marker is not None:
                 with record_function(marker):
-                    loss, _ = self.fns[case](old_log_prob=x["old"], log_prob=lp, advantages=x["adv"],
-                                             response_mask=x["mask"], loss_agg_mode=case.agg, config=self.cfgs[case])
+                    loss, _ = self.fns[case](
+                        old_log_prob=x["old"],
+                        log_prob=lp,
+                        advantages=x["adv"],
+                        response_mask=x["mask"],
+                        loss_agg_mode=case.agg,
+                        config=self.cfgs[case],
+                    )
             else:
-                loss, _ = self.fns[case](old_log_prob=x["old"], log_prob=lp, advantages=x["adv"],
-                                         response_mask=x["mask"], loss_agg_mode=case.agg, config=self.cfgs[case])
+                loss, _ = self.fns[case](
+                    old_log_prob=x["old"],
+                    log_prob=lp,
+                    advantages=x["adv"],
+                    response_mask=x["mask"],
+                    loss_agg_mode=case.agg,
+                    config=self.cfgs[case],
+                )
             if backward:
                 loss.backward()
             return loss
@@ -193,16 +209,24 @@ def equality_check(device: torch.device, n_tokens: int = 1 << 16, seq_len: int =
     x = make_inputs(n_tokens, seq_len, device, seed=1)
     gbi = global_batch_info(x)
     ok = True
-    for sat, ref in ((Case("sat", "micro", "token-mean"), Case("vanilla", "-", "token-mean")),
-                     (Case("sat", "global", "token-mean"), Case("vanilla", "-", "token-mean")),
-                     (Case("sat_gspo", "micro", "seq-mean-token-mean"), Case("gspo", "-", "seq-mean-token-mean")),
-                     (Case("sat_gspo", "global", "seq-mean-token-mean"), Case("gspo", "-", "seq-mean-token-mean"))):
+    for sat, ref in (
+        (Case("sat", "micro", "token-mean"), Case("vanilla", "-", "token-mean")),
+        (Case("sat", "global", "token-mean"), Case("vanilla", "-", "token-mean")),
+        (Case("sat_gspo", "micro", "seq-mean-token-mean"), Case("gspo", "-", "seq-mean-token-mean")),
+        (Case("sat_gspo", "global", "seq-mean-token-mean"), Case("gspo", "-", "seq-mean-token-mean")),
+    ):
         outs = []
         for case, cfg in ((sat, actor_config(sat, c_min=1.0)), (ref, actor_config(ref))):
             cfg.global_batch_info.update(gbi)
             lp = x["lp"].clone().requires_grad_(True)
-            loss, m = get_policy_loss_fn(case.loss)(old_log_prob=x["old"], log_prob=lp, advantages=x["adv"],
-                                                    response_mask=x["mask"], loss_agg_mode=case.agg, config=cfg)
+            loss, m = get_policy_loss_fn(case.loss)(
+                old_log_prob=x["old"],
+                log_prob=lp,
+                advantages=x["adv"],
+                response_mask=x["mask"],
+                loss_agg_mode=case.agg,
+                config=cfg,
+            )
             loss.backward()
             outs.append((loss.detach(), lp.grad, m))
         same = torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
@@ -219,7 +243,7 @@ def time_size(runner: Runner, reps: int, device: torch.device, modes=("fwd+bwd",
     cases = list(runner.cfgs)
     samples = {(c.key, m): ([], []) for c in cases for m in modes}
     for rep in range(reps):
-        order = cases[rep % len(cases):] + cases[: rep % len(cases)]
+        order = cases[rep % len(cases) :] + cases[: rep % len(cases)]
         for c in order:
             for mode in modes:
                 wall, cpu_s = C.timed2(runner.call(c, mode == "fwd+bwd"), device)
@@ -239,10 +263,15 @@ def sync_counts(runner: Runner) -> dict[str, dict[str, int]]:
 def memory_rows_cpu(runner: Runner, n: int, with_rss: bool) -> list[dict]:
     rows = []
     for c in runner.cfgs:
-        peak, fwd_peak = C.torch_alloc_peak_bytes(runner.call(c, True, marker="sat_bench::forward"),
-                                                   marker="sat_bench::forward")
-        row = {"tokens": n, "case": c.key, "alloc_peak_fwd_mib": fwd_peak / 2**20,
-               "alloc_peak_fwdbwd_mib": peak / 2**20}
+        peak, fwd_peak = C.torch_alloc_peak_bytes(
+            runner.call(c, True, marker="sat_bench::forward"), marker="sat_bench::forward"
+        )
+        row = {
+            "tokens": n,
+            "case": c.key,
+            "alloc_peak_fwd_mib": fwd_peak / 2**20,
+            "alloc_peak_fwdbwd_mib": peak / 2**20,
+        }
         if with_rss:
             row["rss_peak_fwdbwd_mib"] = C.rss_peak_bytes(runner.call(c, True)) / 2**20
         rows.append(row)
@@ -286,8 +315,15 @@ def mem_worker(args) -> None:
 
 def run_mem_subprocess(args, sizes: list[int]) -> list[dict]:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_ARENA_MAX="2")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--mem-worker", "--sizes",
-           ",".join(C.fmt_size(s) for s in sizes), "--threads", str(args.threads)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--mem-worker",
+        "--sizes",
+        ",".join(C.fmt_size(s) for s in sizes),
+        "--threads",
+        str(args.threads),
+    ]
     if args.no_rss:
         cmd.append("--no-rss")
     if args.cases:
@@ -335,8 +371,11 @@ def memory_long_rows(device: str, mem_rows: list[dict]) -> list[dict]:
     rows = []
     for r in mem_rows:
         case = next(c for c in CASES if c.key == r["case"])
-        for k, metric in (("alloc_peak_fwdbwd_mib", "peak_alloc_mib"), ("alloc_peak_fwd_mib", "peak_alloc_mib_fwd"),
-                          ("rss_peak_fwdbwd_mib", "peak_rss_mib")):
+        for k, metric in (
+            ("alloc_peak_fwdbwd_mib", "peak_alloc_mib"),
+            ("alloc_peak_fwd_mib", "peak_alloc_mib_fwd"),
+            ("rss_peak_fwdbwd_mib", "peak_rss_mib"),
+        ):
             if k not in r:
                 continue
             base = {"device": device, "loss": r["case"], "peer": case.peer or "", "tokens": r["tokens"]}
@@ -370,28 +409,74 @@ def render(rows: list[dict], env: dict, out_dir: Path, stem: str) -> None:
 
     def headline(n, g):
         target = TARGETS["small"] if n <= SMALL else TARGETS["large"] if n >= LARGE else None
-        return [f(g("time_ratio"), 3), f(g("cpu_time_ratio"), 3), f(g("time_ratio_paired"), 3),
-                f(g("peak_alloc_ratio"), 3), f(g("peak_rss_ratio"), 3), f"{g('host_syncs')} / {g('host_syncs_peer')}",
-                "-" if target is None else f"<= {target}: {_verdict(float(g('time_ratio')), target)}"]
+        return [
+            f(g("time_ratio"), 3),
+            f(g("cpu_time_ratio"), 3),
+            f(g("time_ratio_paired"), 3),
+            f(g("peak_alloc_ratio"), 3),
+            f(g("peak_rss_ratio"), 3),
+            f"{g('host_syncs')} / {g('host_syncs_peer')}",
+            "-" if target is None else f"<= {target}: {_verdict(float(g('time_ratio')), target)}",
+        ]
 
-    head = ["tokens", "case", "time ratio", "CPU-time ratio", "paired", "peak-alloc ratio", "RSS ratio",
-            "host syncs / call (SAT / peer)", "time target"]
+    head = [
+        "tokens",
+        "case",
+        "time ratio",
+        "CPU-time ratio",
+        "paired",
+        "peak-alloc ratio",
+        "RSS ratio",
+        "host syncs / call (SAT / peer)",
+        "time target",
+    ]
     hl = _table_rows(get, sizes, keys, "time_ratio", headline)
-    all_head = ["tokens", "case", "fwd+bwd ms (median)", "p10 ms", "CPU ms", "reps", "peak alloc MiB", "RSS MiB",
-                "host syncs", "sync ops"]
-    body = _table_rows(get, sizes, keys, "time_ms", lambda n, g: [
-        f(g("time_ms"), 3), f(g("time_ms_p10"), 3), f(g("cpu_ms"), 3), g("reps"), f(g("peak_alloc_mib"), 2),
-        f(g("peak_rss_mib"), 2), g("host_syncs"), g("host_sync_ops")])
-    note = ("Ratios: SAT's median over its peer's median in the same run (peer: `vanilla` for `sat`, `gspo` for "
-            "`sat_gspo`); `CPU-time` is the same on the process CPU time (time preempted by other jobs on the shared "
-            "cores is not counted); `paired` is the median of the per-repetition ratios. Peak memory is above the live "
-            "inputs: torch's CPU allocator peak from the profiler's memory events (CUDA: max_memory_allocated) and the "
-            "RSS growth of a fresh process. Host syncs: values read back to the host or data-dependent output shapes, "
-            f"per call (`_common.host_syncs`). Time targets: <= {TARGETS['small']}x up to 32K tokens, "
-            f"<= {TARGETS['large']}x from 1M up.")
-    C.write_md(out_dir / f"{stem}.md", "bench_loss: SAT vs verl's vanilla / gspo", env,
-               [("Headline (forward+backward)", C.md_table(head, hl) + "\n\n" + note),
-                ("All measurements", C.md_table(all_head, body))])
+    all_head = [
+        "tokens",
+        "case",
+        "fwd+bwd ms (median)",
+        "p10 ms",
+        "CPU ms",
+        "reps",
+        "peak alloc MiB",
+        "RSS MiB",
+        "host syncs",
+        "sync ops",
+    ]
+    body = _table_rows(
+        get,
+        sizes,
+        keys,
+        "time_ms",
+        lambda n, g: [
+            f(g("time_ms"), 3),
+            f(g("time_ms_p10"), 3),
+            f(g("cpu_ms"), 3),
+            g("reps"),
+            f(g("peak_alloc_mib"), 2),
+            f(g("peak_rss_mib"), 2),
+            g("host_syncs"),
+            g("host_sync_ops"),
+        ],
+    )
+    note = (
+        "Ratios: SAT's median over its peer's median in the same run (peer: `vanilla` for `sat`, `gspo` for "
+        "`sat_gspo`); `CPU-time` is the same on the process CPU time (time preempted by other jobs on the shared "
+        "cores is not counted); `paired` is the median of the per-repetition ratios. Peak memory is above the live "
+        "inputs: torch's CPU allocator peak from the profiler's memory events (CUDA: max_memory_allocated) and the "
+        "RSS growth of a fresh process. Host syncs: values read back to the host or data-dependent output shapes, "
+        f"per call (`_common.host_syncs`). Time targets: <= {TARGETS['small']}x up to 32K tokens, "
+        f"<= {TARGETS['large']}x from 1M up."
+    )
+    C.write_md(
+        out_dir / f"{stem}.md",
+        "bench_loss: SAT vs verl's vanilla / gspo",
+        env,
+        [
+            ("Headline (forward+backward)", C.md_table(head, hl) + "\n\n" + note),
+            ("All measurements", C.md_table(all_head, body)),
+        ],
+    )
     plot(rows, out_dir / f"{stem}.png", env)
 
 
@@ -422,8 +507,7 @@ def plot(rows: list[dict], path: Path, env: dict) -> None:
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{env['device']} | torch {env['torch']} | threads {env['torch_threads']} | {env['date']}",
-                 fontsize=9)
+    fig.suptitle(f"{env['device']} | torch {env['torch']} | threads {env['torch_threads']} | {env['date']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -448,8 +532,12 @@ def main(argv=None) -> None:
     ap.add_argument("--sizes", default=None, help=f"comma list of token counts (default {DEFAULT_SIZES})")
     ap.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, fewer repetitions")
     ap.add_argument("--reps", type=int, default=None, help="repetitions per size (default: 201 up to 32K ... 3 at 16M)")
-    ap.add_argument("--threads", type=int, default=int(os.environ.get("SAT_BENCH_THREADS", "1")),
-                    help="torch CPU threads (default 1: the cores here are shared, 1 thread is the stable figure)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ.get("SAT_BENCH_THREADS", "1")),
+        help="torch CPU threads (default 1: the cores here are shared, 1 thread is the stable figure)",
+    )
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--no-rss", action="store_true", help="CPU: only the allocator peak, not the RSS cross-check")
@@ -462,8 +550,13 @@ def main(argv=None) -> None:
     if args.mem_worker:
         return mem_worker(args)
 
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if args.device == "auto" else args.device)
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else "cpu"
+        if args.device == "auto"
+        else args.device
+    )
     if device.type == "cuda":
         torch.cuda.set_device(0)
     torch.set_num_threads(args.threads)
@@ -492,8 +585,12 @@ def main(argv=None) -> None:
         by = {(r["loss"], r["metric"]): r["value"] for r in size_rows}
         for c in cases:
             ratio = by.get((c.key, "time_ratio"))
-            print(f"{C.fmt_size(n):>5} {c.key:18s} fwd+bwd {by[(c.key, 'time_ms')]:10.3f} ms  syncs {by[(c.key, 'host_syncs')]}"
-                  + (f"  x{ratio:.3f} vs peer (CPU x{by[(c.key, 'cpu_time_ratio')]:.3f})" if ratio else ""), flush=True)
+            print(
+                f"{C.fmt_size(n):>5} {c.key:18s} fwd+bwd {by[(c.key, 'time_ms')]:10.3f} ms"
+                f"  syncs {by[(c.key, 'host_syncs')]}"
+                + (f"  x{ratio:.3f} vs peer (CPU x{by[(c.key, 'cpu_time_ratio')]:.3f})" if ratio else ""),
+                flush=True,
+            )
         print(f"{C.fmt_size(n):>5} {reps} reps in {time.perf_counter() - t0:.1f} s, load {_load()}", flush=True)
         if device.type == "cuda" and not args.no_memory:
             mem_rows += memory_rows_cuda(runner, n)
@@ -501,10 +598,16 @@ def main(argv=None) -> None:
     if device.type == "cpu" and not args.no_memory:
         mem_rows = run_mem_subprocess(args, sizes)
     rows += memory_long_rows(device.type, mem_rows)
-    env.update(sat_c_min_1_bit_for_bit_vs_verl=str(equal), finished=C.environment(device)["date"],
-               load_avg_at_end=_load(),
-               memory_method=("torch.cuda.max_memory_allocated" if device.type == "cuda" else
-                              "profiler memory events (torch CPU allocator) + RSS VmHWM delta, fresh process"))
+    env.update(
+        sat_c_min_1_bit_for_bit_vs_verl=str(equal),
+        finished=C.environment(device)["date"],
+        load_avg_at_end=_load(),
+        memory_method=(
+            "torch.cuda.max_memory_allocated"
+            if device.type == "cuda"
+            else "profiler memory events (torch CPU allocator) + RSS VmHWM delta, fresh process"
+        ),
+    )
     out = Path(args.out)
     stem = args.stem or f"bench_loss_{device.type}"
     C.write_csv(out / f"{stem}.csv", rows, env)

@@ -84,10 +84,13 @@ def _worker(rank: int, world: int, sizes: list[int], reps: int, init: str, out_d
             "hist": lambda: global_masked_quantile(d, mask, LEVEL, method="hist"),
             "micro (local)": lambda: masked_quantile(d, mask, LEVEL),
             "collective: 1 all-reduce (hist)": lambda: dist.all_reduce(torch.zeros(1 << 15, dtype=torch.int64)),
-            "collective: 2 all-reduces (exact)": lambda: (dist.all_reduce(torch.zeros(1 << 15, dtype=torch.int64)),
-                                                          dist.all_reduce(torch.zeros(2, 1 << 16, dtype=torch.int64))),
+            "collective: 2 all-reduces (exact)": lambda: (
+                dist.all_reduce(torch.zeros(1 << 15, dtype=torch.int64)),
+                dist.all_reduce(torch.zeros(2, 1 << 16, dtype=torch.int64)),
+            ),
         }
         if n_total <= NAIVE_MAX:
+
             def naive():
                 x = d[mask]
                 sizes_t = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
@@ -99,6 +102,7 @@ def _worker(rank: int, world: int, sizes: list[int], reps: int, init: str, out_d
                 dist.all_gather(parts, buf)
                 allx = torch.cat([p[: int(s)] for p, s in zip(parts, sizes_t)])
                 return sort_quantile(allx, LEVEL)
+
             jobs["naive: all_gather + sort"] = naive
         for name, fn in jobs.items():
             res, _, _ = measure(fn)  # warm-up
@@ -108,9 +112,20 @@ def _worker(rank: int, world: int, sizes: list[int], reps: int, init: str, out_d
                 walls.append(w)
                 cpus.append(c)
             q = float(res) if isinstance(res, torch.Tensor) else None
-            out.append({"tokens": n_total, "world": world, "rank": rank, "job": name, "q": q,
-                        "q_bits": int(torch.tensor(q, dtype=torch.float32).view(torch.int32)) if q is not None else None,
-                        "walls": walls, "cpus": cpus, "local_tokens": d.numel(), "local_active": int(mask.sum())})
+            out.append(
+                {
+                    "tokens": n_total,
+                    "world": world,
+                    "rank": rank,
+                    "job": name,
+                    "q": q,
+                    "q_bits": int(torch.tensor(q, dtype=torch.float32).view(torch.int32)) if q is not None else None,
+                    "walls": walls,
+                    "cpus": cpus,
+                    "local_tokens": d.numel(),
+                    "local_active": int(mask.sum()),
+                }
+            )
         del d, mask
     Path(out_dir, f"w{world}_r{rank}.json").write_text(json.dumps(out))
     dist.barrier()
@@ -171,28 +186,46 @@ def main(argv=None) -> None:
             for job in dict.fromkeys(r["job"] for r in raw if r["world"] == w and r["tokens"] == n):
                 rs = [r for r in raw if r["world"] == w and r["tokens"] == n and r["job"] == job]
                 group = [max(r["walls"][i] for r in rs) for i in range(len(rs[0]["walls"]))]
-                row = {"tokens": n, "world": w, "job": job, "selected_total": n_sel,
-                       "group_ms_median": C.median(group) * 1e3,
-                       "rank_cpu_ms_median": C.median([c for r in rs for c in r["cpus"]]) * 1e3,
-                       "sort_reference_ms_1proc": t_sort * 1e3}
+                row = {
+                    "tokens": n,
+                    "world": w,
+                    "job": job,
+                    "selected_total": n_sel,
+                    "group_ms_median": C.median(group) * 1e3,
+                    "rank_cpu_ms_median": C.median([c for r in rs for c in r["cpus"]]) * 1e3,
+                    "sort_reference_ms_1proc": t_sort * 1e3,
+                }
                 if job in ("exact", "hist", "naive: all_gather + sort"):
                     qs = {r["q_bits"] for r in rs}
                     q = rs[0]["q"]
-                    row.update(q=q, q_ref=q_ref, same_on_all_ranks=len(qs) == 1,
-                               rel_err=(q - q_ref) / q_ref if q_ref else 0.0)
+                    row.update(
+                        q=q, q_ref=q_ref, same_on_all_ranks=len(qs) == 1, rel_err=(q - q_ref) / q_ref if q_ref else 0.0
+                    )
                     if job == "hist":
-                        row["within_2^-7_bound"] = 0.0 <= q - q_ref <= 2.0 ** -7 * q_ref
+                        row["within_2^-7_bound"] = 0.0 <= q - q_ref <= 2.0**-7 * q_ref
                     else:
                         row["bit_equal_to_sort"] = rs[0]["q_bits"] == ref_bits
                 if job == "micro (local)":
                     rel = [(lq - q_ref) / q_ref for lq in local]
-                    row.update(q_local_min=min(local), q_local_max=max(local), q_ref=q_ref,
-                               local_rel_dev_min=min(rel), local_rel_dev_max=max(rel))
+                    row.update(
+                        q_local_min=min(local),
+                        q_local_max=max(local),
+                        q_ref=q_ref,
+                        local_rel_dev_min=min(rel),
+                        local_rel_dev_max=max(rel),
+                    )
                 rows.append(row)
-                print(f"N={C.fmt_size(n):>4} W={w} {job:34s} {row['group_ms_median']:9.2f} ms"
-                      + (f"  rel_err {row['rel_err']:+.2e}" if "rel_err" in row else ""), flush=True)
-    env = C.environment(torch.device("cpu"), ranks="real gloo processes (torch.multiprocessing spawn, file rendezvous), "
-                        "1 torch thread each", level=LEVEL, reps=args.reps)
+                print(
+                    f"N={C.fmt_size(n):>4} W={w} {job:34s} {row['group_ms_median']:9.2f} ms"
+                    + (f"  rel_err {row['rel_err']:+.2e}" if "rel_err" in row else ""),
+                    flush=True,
+                )
+    env = C.environment(
+        torch.device("cpu"),
+        ranks="real gloo processes (torch.multiprocessing spawn, file rendezvous), 1 torch thread each",
+        level=LEVEL,
+        reps=args.reps,
+    )
     out = Path(args.out)
     C.write_csv(out / f"{args.stem}.csv", rows, env)
     render(rows, env, out, args.stem)
@@ -204,22 +237,66 @@ def render(rows: list[dict], env: dict, out: Path, stem: str) -> None:
     acc = []
     for r in rows:
         if r["job"] in ("exact", "hist", "naive: all_gather + sort"):
-            check = (f"bit-equal: {r['bit_equal_to_sort']}" if "bit_equal_to_sort" in r
-                     else f"0 <= err <= 2^-7: {r['within_2^-7_bound']}")
-            acc.append([C.fmt_size(r["tokens"]), r["world"], r["job"], f"{r['q']:.9g}", f"{r['q_ref']:.9g}",
-                        f"{r['rel_err']:+.2e}", check, r["same_on_all_ranks"]])
-    cost_head = ["tokens", "world", "job", "group ms (median, slowest rank)", "per-rank CPU ms",
-                 "1-process torch.sort reference ms"]
-    cost = [[C.fmt_size(r["tokens"]), r["world"], r["job"], f"{r['group_ms_median']:.2f}",
-             f"{r['rank_cpu_ms_median']:.2f}", f"{r['sort_reference_ms_1proc']:.1f}"] for r in rows]
+            check = (
+                f"bit-equal: {r['bit_equal_to_sort']}"
+                if "bit_equal_to_sort" in r
+                else f"0 <= err <= 2^-7: {r['within_2^-7_bound']}"
+            )
+            acc.append(
+                [
+                    C.fmt_size(r["tokens"]),
+                    r["world"],
+                    r["job"],
+                    f"{r['q']:.9g}",
+                    f"{r['q_ref']:.9g}",
+                    f"{r['rel_err']:+.2e}",
+                    check,
+                    r["same_on_all_ranks"],
+                ]
+            )
+    cost_head = [
+        "tokens",
+        "world",
+        "job",
+        "group ms (median, slowest rank)",
+        "per-rank CPU ms",
+        "1-process torch.sort reference ms",
+    ]
+    cost = [
+        [
+            C.fmt_size(r["tokens"]),
+            r["world"],
+            r["job"],
+            f"{r['group_ms_median']:.2f}",
+            f"{r['rank_cpu_ms_median']:.2f}",
+            f"{r['sort_reference_ms_1proc']:.1f}",
+        ]
+        for r in rows
+    ]
     loc_head = ["tokens", "world", "global q", "rank-local (micro) q min", "max", "rel. deviation min", "max"]
-    loc = [[C.fmt_size(r["tokens"]), r["world"], f"{r['q_ref']:.6g}", f"{r['q_local_min']:.6g}",
-            f"{r['q_local_max']:.6g}", f"{r['local_rel_dev_min']:+.3f}", f"{r['local_rel_dev_max']:+.3f}"]
-           for r in rows if r["job"] == "micro (local)"]
-    C.write_md(out / f"{stem}.md", "bench_quantile: global-scope quantile, real gloo ranks", env,
-               [("Accuracy against a torch.sort of every rank's selected values", C.md_table(acc_head, acc)),
-                ("Cost", C.md_table(cost_head, cost)),
-                ("Micro scope vs global scope (why the global scope exists)", C.md_table(loc_head, loc))])
+    loc = [
+        [
+            C.fmt_size(r["tokens"]),
+            r["world"],
+            f"{r['q_ref']:.6g}",
+            f"{r['q_local_min']:.6g}",
+            f"{r['q_local_max']:.6g}",
+            f"{r['local_rel_dev_min']:+.3f}",
+            f"{r['local_rel_dev_max']:+.3f}",
+        ]
+        for r in rows
+        if r["job"] == "micro (local)"
+    ]
+    C.write_md(
+        out / f"{stem}.md",
+        "bench_quantile: global-scope quantile, real gloo ranks",
+        env,
+        [
+            ("Accuracy against a torch.sort of every rank's selected values", C.md_table(acc_head, acc)),
+            ("Cost", C.md_table(cost_head, cost)),
+            ("Micro scope vs global scope (why the global scope exists)", C.md_table(loc_head, loc)),
+        ],
+    )
     import matplotlib
 
     matplotlib.use("Agg")
@@ -231,15 +308,20 @@ def render(rows: list[dict], env: dict, out: Path, stem: str) -> None:
         for w in worlds:
             rs = sorted((r for r in rows if r["job"] == job and r["world"] == w), key=lambda r: r["tokens"])
             if rs:
-                ax[0].loglog([r["tokens"] for r in rs], [r["group_ms_median"] for r in rs], ls=ls, marker="o",
-                             label=f"{job}, W={w}")
+                ax[0].loglog(
+                    [r["tokens"] for r in rs],
+                    [r["group_ms_median"] for r in rs],
+                    ls=ls,
+                    marker="o",
+                    label=f"{job}, W={w}",
+                )
     ax[0].set(title="group time (slowest rank), median", xlabel="total tokens", ylabel="ms")
     ax[0].legend(fontsize=7)
     ax[0].grid(True, which="both", alpha=0.3)
     for w in worlds:
         rs = sorted((r for r in rows if r["job"] == "hist" and r["world"] == w), key=lambda r: r["tokens"])
         ax[1].semilogx([r["tokens"] for r in rs], [r["rel_err"] for r in rs], marker="o", label=f"hist, W={w}")
-    ax[1].axhline(2 ** -7, color="k", ls=":", lw=1, label="bound 2^-7")
+    ax[1].axhline(2**-7, color="k", ls=":", lw=1, label="bound 2^-7")
     ax[1].set(title="hist: (q_hist - q) / q (exact: 0)", xlabel="total tokens")
     ax[1].legend(fontsize=7)
     ax[1].grid(True, which="both", alpha=0.3)

@@ -43,8 +43,10 @@ FORMS = [
     ("Answer: \\frac{2}{3}", "0.6", False),
     ("I am not sure.", "12", False),
 ]
-_PROSE = ("We expand the expression and collect terms, so that $a^2 + 2ab + b^2 = (a+b)^2$ holds; then the "
-          "constraint $x_{n+1} = \\frac{x_n}{2} + 1$ gives a fixed point at $x = 2$. ")
+_PROSE = (
+    "We expand the expression and collect terms, so that $a^2 + 2ab + b^2 = (a+b)^2$ holds; then the "
+    "constraint $x_{n+1} = \\frac{x_n}{2} + 1$ gives a fixed point at $x = 2$. "
+)
 
 
 def responses(n: int, chars: int, seed: int = 0) -> list[tuple[str, str, bool]]:
@@ -77,8 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     n = 100 if args.quick else args.n
 
-    from sat_ext.examples import math_reward as mr
     from verl.utils.reward_score import math_dapo
+
+    from sat_ext.examples import math_reward as mr
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # inline judge: "timeout disabled" notes
     items = responses(n, args.chars)
@@ -88,10 +91,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def record(case: str, workers: int | str, threads: int, per_s: float, got: list[bool]) -> None:
         agree = sum(g == e for g, e in zip(got, expected)) / len(expected)
-        rows.append({"case": case, "workers": workers, "threads": threads, "answers_per_s": per_s,
-                     "agree_with_expected": agree})
-        print(f"{case:>22} workers={workers!s:>2} threads={threads}: {per_s:8.1f} answers/s, agree {agree:.2f}",
-              flush=True)
+        rows.append(
+            {"case": case, "workers": workers, "threads": threads, "answers_per_s": per_s, "agree_with_expected": agree}
+        )
+        print(
+            f"{case:>22} workers={workers!s:>2} threads={threads}: {per_s:8.1f} answers/s, agree {agree:.2f}",
+            flush=True,
+        )
 
     for workers in (1, 2):
         pool = mr.VerifierPool(workers)
@@ -110,17 +116,36 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         r["ratio_to_math_dapo"] = r["answers_per_s"] / base
     C.write_csv(args.out / "bench_reward.csv", rows, env)
-    table = C.md_table(["case", "worker processes", "calling threads", "answers/s", "x math_dapo",
-                        "verdicts as expected"],
-                       [[r["case"], r["workers"], r["threads"], f"{r['answers_per_s']:.1f}",
-                         f"{r['ratio_to_math_dapo']:.3f}", f"{r['agree_with_expected']:.2f}"] for r in rows])
-    C.write_md(args.out / "bench_reward.md", "Math verifier throughput (sat_ext.examples.math_reward)", env,
-               [("Answers per second", table),
-                ("Reading", f"{n} responses of ~{args.chars} characters, {len(FORMS)} answer forms round-robin "
-                 "(3 of them wrong or missing). math_dapo compares normalised strings: it scores the right "
-                 "fraction-vs-decimal (both ways) and radical forms as wrong (4 of the 10 forms); its "
-                 "normalisation does handle `x = 3` and spaces in intervals. A pool's rate is bounded by its "
-                 "worker processes (one core each).")])
+    table = C.md_table(
+        ["case", "worker processes", "calling threads", "answers/s", "x math_dapo", "verdicts as expected"],
+        [
+            [
+                r["case"],
+                r["workers"],
+                r["threads"],
+                f"{r['answers_per_s']:.1f}",
+                f"{r['ratio_to_math_dapo']:.3f}",
+                f"{r['agree_with_expected']:.2f}",
+            ]
+            for r in rows
+        ],
+    )
+    C.write_md(
+        args.out / "bench_reward.md",
+        "Math verifier throughput (sat_ext.examples.math_reward)",
+        env,
+        [
+            ("Answers per second", table),
+            (
+                "Reading",
+                f"{n} responses of ~{args.chars} characters, {len(FORMS)} answer forms round-robin "
+                "(3 of them wrong or missing). math_dapo compares normalised strings: it scores the right "
+                "fraction-vs-decimal (both ways) and radical forms as wrong (4 of the 10 forms); its "
+                "normalisation does handle `x = 3` and spaces in intervals. A pool's rate is bounded by its "
+                "worker processes (one core each).",
+            ),
+        ],
+    )
     return 0
 
 

@@ -91,8 +91,11 @@ def per_rank(s: Setup, options: set[str]) -> dict[str, float]:
     kept = 0.0 if "spill" in options else s.kept_versions * s.copy_gb
     at_save = kept + (0.0 if "stage" in options else 2 * s.largest_buffer_gb)
     at_restore = kept + (0.0 if "no_live" in options else s.copy_gb)
-    return {"cpu_optimizer": 16 * s.rank_params / GB, "reference_model": s.copy_gb,
-            "kept_weights_peak": max(at_save, at_restore)}
+    return {
+        "cpu_optimizer": 16 * s.rank_params / GB,
+        "reference_model": s.copy_gb,
+        "kept_weights_peak": max(at_save, at_restore),
+    }
 
 
 def r3_node_gb(s: Setup, lag: int, mean_response: float | None, options: set[str]) -> float:
@@ -115,7 +118,7 @@ OPTION_COST = {
     "no_live": "a restore of the live weights reads the rank's fp32 master (4 B/param) instead of a bf16 copy",
     "uint8_routes": "none (a verl change: agent_loop.py stores int16)",
     "spill": "per broadcast: write {copy:.1f} GB per rank; per restore: read {copy:.1f} GB ({secs:.0f} s at "
-             "{rate:g} GB/s per rank); one restore per optimizer step at lag 1, one per 8 at lag 8",
+    "{rate:g} GB/s per rank); one restore per optimizer step at lag 1, one per 8 at lag 8",
 }
 
 
@@ -130,8 +133,12 @@ def options_for(s: Setup, lag: int, r3: bool, mean_response: float | None, budge
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--budget-gib", type=float, action="append",
-                   help="node RAM to plan for, in GiB as RAM is sold (default 2048, 1536, 1024)")
+    p.add_argument(
+        "--budget-gib",
+        type=float,
+        action="append",
+        help="node RAM to plan for, in GiB as RAM is sold (default 2048, 1536, 1024)",
+    )
     p.add_argument("--mean-response", type=float, default=6000, help="typical mean response length (assumed)")
     p.add_argument("--out", type=Path, default=C.RESULTS)
     args = p.parse_args(argv)
@@ -145,43 +152,95 @@ def main(argv: list[str] | None = None) -> int:
             chosen = OPTION_ORDER[:n]
             g = node_gb(s, lag, r3, length, set(chosen))
             label = "32k cap" if length is None else f"{length:.0f} mean"
-            rows.append({"lag": lag, "r3": r3, "lengths": label, "options": "+".join(chosen) or "none",
-                         **{f"{k}_gb": v for k, v in g.items()}})
+            rows.append(
+                {
+                    "lag": lag,
+                    "r3": r3,
+                    "lengths": label,
+                    "options": "+".join(chosen) or "none",
+                    **{f"{k}_gb": v for k, v in g.items()},
+                }
+            )
             if n in (0, len(OPTION_ORDER)):
-                table.append([lag, "yes" if r3 else "no", label, "+".join(chosen) or "none (today)",
-                              *(f"{g[k]:.0f}" for k in ("cpu_optimizer", "reference_model", "kept_weights_peak",
-                                                         "r3_routes", "total"))])
+                table.append(
+                    [
+                        lag,
+                        "yes" if r3 else "no",
+                        label,
+                        "+".join(chosen) or "none (today)",
+                        *(
+                            f"{g[k]:.0f}"
+                            for k in ("cpu_optimizer", "reference_model", "kept_weights_peak", "r3_routes", "total")
+                        ),
+                    ]
+                )
     C.write_csv(args.out / "host_memory_plan.csv", rows, env)
     rank = per_rank(s, set())
-    rank_rows = [["parameters per rank", f"{s.expert_params / 1e9:.2f}B experts / EP {s.ep} + "
-                  f"{(s.total_params - s.expert_params) / 1e9:.2f}B other / TP {s.tp}", f"{s.rank_params / 1e9:.2f}B"],
-                 ["one bf16 copy", "2 B x parameters", f"{s.copy_gb:.1f} GB"],
-                 ["CPU optimizer", "(12 + 4) B x parameters", f"{rank['cpu_optimizer']:.1f} GB"],
-                 ["reference model", "2 B x parameters", f"{rank['reference_model']:.1f} GB"],
-                 ["kept weights, steady", f"{s.kept_versions} pinned copies", f"{s.kept_versions * s.copy_gb:.1f} GB"],
-                 ["kept weights at a save",
-                  f"+ 2 pageable temporaries of the expert buffer ({s.largest_buffer_gb:.1f} GB)",
-                  f"{s.kept_versions * s.copy_gb + 2 * s.largest_buffer_gb:.1f} GB"],
-                 ["kept weights at a restore", "+ the LIVE copy", f"{(s.kept_versions + 1) * s.copy_gb:.1f} GB"],
-                 ["R3 per token", f"{s.layers} layers x top-{s.top_k} x int16", f"{s.layers * s.top_k * 2} B"]]
+    rank_rows = [
+        [
+            "parameters per rank",
+            f"{s.expert_params / 1e9:.2f}B experts / EP {s.ep} + "
+            f"{(s.total_params - s.expert_params) / 1e9:.2f}B other / TP {s.tp}",
+            f"{s.rank_params / 1e9:.2f}B",
+        ],
+        ["one bf16 copy", "2 B x parameters", f"{s.copy_gb:.1f} GB"],
+        ["CPU optimizer", "(12 + 4) B x parameters", f"{rank['cpu_optimizer']:.1f} GB"],
+        ["reference model", "2 B x parameters", f"{rank['reference_model']:.1f} GB"],
+        ["kept weights, steady", f"{s.kept_versions} pinned copies", f"{s.kept_versions * s.copy_gb:.1f} GB"],
+        [
+            "kept weights at a save",
+            f"+ 2 pageable temporaries of the expert buffer ({s.largest_buffer_gb:.1f} GB)",
+            f"{s.kept_versions * s.copy_gb + 2 * s.largest_buffer_gb:.1f} GB",
+        ],
+        ["kept weights at a restore", "+ the LIVE copy", f"{(s.kept_versions + 1) * s.copy_gb:.1f} GB"],
+        ["R3 per token", f"{s.layers} layers x top-{s.top_k} x int16", f"{s.layers * s.top_k * 2} B"],
+    ]
     plans = []
     for budget in budgets:
         for lag, r3, length in cases:
             chosen = options_for(s, lag, r3, length, budget * 2**30 / GB)
             label = "32k cap" if length is None else f"{length:.0f} mean"
-            plans.append([f"{budget:.0f} GiB ({budget * 2**30 / GB:.0f} GB)", lag, "yes" if r3 else "no", label,
-                          "does not fit" if chosen is None else ("+".join(chosen) or "fits as is")])
+            plans.append(
+                [
+                    f"{budget:.0f} GiB ({budget * 2**30 / GB:.0f} GB)",
+                    lag,
+                    "yes" if r3 else "no",
+                    label,
+                    "does not fit" if chosen is None else ("+".join(chosen) or "fits as is"),
+                ]
+            )
     secs = s.copy_gb / s.disk_gb_per_s
     costs = [[name, OPTION_COST[name].format(copy=s.copy_gb, secs=secs, rate=s.disk_gb_per_s)] for name in OPTION_ORDER]
-    C.write_md(args.out / "host_memory_plan.md", "Host memory of the 30B example per node (ESTIMATE)", env, [
-        ("Per training rank", C.md_table(["item", "arithmetic", "size"], rank_rows)),
-        ("Per node (4 training ranks), GB", C.md_table(
-            ["lag", "R3", "sequence lengths", "options", "CPU optimizer", "reference", "kept weights (peak)",
-             "R3 routes", "total"], table)),
-        ("Options and their cost", C.md_table(["option", "cost"], costs)),
-        ("What a node of a given size needs (options in this order, cumulative)",
-         C.md_table(["node RAM", "lag", "R3", "sequence lengths", "options needed"], plans)),
-    ])
+    C.write_md(
+        args.out / "host_memory_plan.md",
+        "Host memory of the 30B example per node (ESTIMATE)",
+        env,
+        [
+            ("Per training rank", C.md_table(["item", "arithmetic", "size"], rank_rows)),
+            (
+                "Per node (4 training ranks), GB",
+                C.md_table(
+                    [
+                        "lag",
+                        "R3",
+                        "sequence lengths",
+                        "options",
+                        "CPU optimizer",
+                        "reference",
+                        "kept weights (peak)",
+                        "R3 routes",
+                        "total",
+                    ],
+                    table,
+                ),
+            ),
+            ("Options and their cost", C.md_table(["option", "cost"], costs)),
+            (
+                "What a node of a given size needs (options in this order, cumulative)",
+                C.md_table(["node RAM", "lag", "R3", "sequence lengths", "options needed"], plans),
+            ),
+        ],
+    )
     for row in plans:
         print(" | ".join(map(str, row)))
     return 0

@@ -121,8 +121,10 @@ def _raise_on_nonfinite(named: dict[str, torch.Tensor | None], mask: torch.Tenso
     for name, v in named.items():
         if v is not None and bool((~torch.isfinite(v) & mask).any()):
             n = int((~torch.isfinite(v) & mask).sum())
-            raise ValueError(f"SAT input '{name}' has {n} non-finite (NaN/Inf) values at active tokens "
-                             f"(sat nonfinite='raise'; 'mask' zeroes and counts them in nonfinite_frac)")
+            raise ValueError(
+                f"SAT input '{name}' has {n} non-finite (NaN/Inf) values at active tokens "
+                f"(sat nonfinite='raise'; 'mask' zeroes and counts them in nonfinite_frac)"
+            )
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:
@@ -133,8 +135,7 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t if t.dim() == 1 else t.reshape(-1)
 
 
-def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_log_prob,
-            rollout_is_weights) -> _Inputs:
+def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights) -> _Inputs:
     """Upcast to float32 and apply the non-finite policy, branch-free: ``x * 0`` is 0 for a finite x and NaN
     otherwise, so one sum of such products marks every token with a non-finite input."""
     mask = mask if mask.dtype == torch.bool else mask.bool()
@@ -142,8 +143,16 @@ def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_lo
     if cfg.proxy == "rollout" and rollout is None:
         raise ValueError("SAT proxy='rollout' needs rollout_log_prob, which was not given")
     if cfg.nonfinite == "raise":
-        _raise_on_nonfinite({"log_prob": log_prob, "old_log_prob": old_log_prob, "advantages": advantages,
-                             "rollout_log_prob": rollout, "rollout_is_weights": rollout_is_weights}, mask)
+        _raise_on_nonfinite(
+            {
+                "log_prob": log_prob,
+                "old_log_prob": old_log_prob,
+                "advantages": advantages,
+                "rollout_log_prob": rollout,
+                "rollout_is_weights": rollout_is_weights,
+            },
+            mask,
+        )
     lp = log_prob
     if lp.dtype != torch.float32:
         with torch.enable_grad():  # the upcast stays in the graph
@@ -163,17 +172,37 @@ def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_lo
     if ref_raw is not None:
         ref_raw.nan_to_num_(0.0, 0.0, 0.0)
     mask_f = mask.float()
-    return _Inputs(lp=lp, raw=raw.nan_to_num_(0.0, 0.0, 0.0), adv=adv, active=keep.mul_(mask_f), n_input=mask_f.sum(),
-                   ref_raw=ref_raw, weights=weights)
+    return _Inputs(
+        lp=lp,
+        raw=raw.nan_to_num_(0.0, 0.0, 0.0),
+        adv=adv,
+        active=keep.mul_(mask_f),
+        n_input=mask_f.sum(),
+        ref_raw=ref_raw,
+        weights=weights,
+    )
 
 
-def _threshold(abs_active: torch.Tensor, active: torch.Tensor, n: torch.Tensor, cfg: SATConfig, group,
-               counts: torch.Tensor | None = None) -> torch.Tensor:
+def _threshold(
+    abs_active: torch.Tensor,
+    active: torch.Tensor,
+    n: torch.Tensor,
+    cfg: SATConfig,
+    group,
+    counts: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Eq. 14's q from |d| on the active entries (0 elsewhere), the 0/1 ``active`` and their number n (each
     entry standing for ``counts`` entries when given: SAT-GSPO's responses)."""
     if cfg.gate_scope == "global" and dist.is_available() and dist.is_initialized():
-        return global_masked_quantile(abs_active, active > 0, cfg.quantile, group=group, method=cfg.global_method,
-                                      rule=cfg.quantile_rule, counts=counts)
+        return global_masked_quantile(
+            abs_active,
+            active > 0,
+            cfg.quantile,
+            group=group,
+            method=cfg.global_method,
+            rule=cfg.quantile_rule,
+            counts=counts,
+        )
     if counts is not None:
         return weighted_quantile(abs_active, counts, cfg.quantile, cfg.quantile_rule)
     return quantile_of_zeroed(_flat(abs_active), n, cfg.quantile, cfg.quantile_rule)
@@ -212,14 +241,22 @@ def _part(t: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
 
 def _surrogate_input(ratio, adv, g: Gate, act, dratio_dx, weights, cfg: SATConfig) -> SurrogateInput:
     clipped_nominal = _clip_nominal(ratio, cfg)
-    return SurrogateInput(ratio=ratio, adv=adv, clipped=sat_clip(clipped_nominal, adv.sign(), g, cfg),
-                          clipped_nominal=clipped_nominal, active=act, dual_clip=cfg.dual_clip, dratio_dx=dratio_dx,
-                          weights=weights)
+    return SurrogateInput(
+        ratio=ratio,
+        adv=adv,
+        clipped=sat_clip(clipped_nominal, adv.sign(), g, cfg),
+        clipped_nominal=clipped_nominal,
+        active=act,
+        dual_clip=cfg.dual_clip,
+        dratio_dx=dratio_dx,
+        weights=weights,
+    )
 
 
 def _result(loss_mat, sums: torch.Tensor, cfg: SATConfig, details) -> SATLossOutput:
-    return SATLossOutput(loss_mat=loss_mat, metric_vector=metric_vector(sums, cfg.eps_low, cfg.eps_high),
-                         details=details)
+    return SATLossOutput(
+        loss_mat=loss_mat, metric_vector=metric_vector(sums, cfg.eps_low, cfg.eps_high), details=details
+    )
 
 
 @dataclass
@@ -241,8 +278,9 @@ class _TokenPass:
         return _TokenPass(*(None if (t := getattr(self, f.name)) is None else t[sl] for f in fields(self)))
 
 
-def _token_part(t: _TokenPass, q: torch.Tensor, cfg: SATConfig, loss: torch.Tensor | None = None,
-                coef: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _token_part(
+    t: _TokenPass, q: torch.Tensor, cfg: SATConfig, loss: torch.Tensor | None = None, coef: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eq. 15-19 on (a part of) the tokens: the loss and the gradient coefficient (into ``loss`` / ``coef`` when
     given), the active-token sums of :data:`SUM_NAMES` score_abs_sum .. the clip counts, and min c."""
     g = gate(t.score, t.abs_active, q, cfg)
@@ -346,11 +384,13 @@ def sat_gspo_loss(
             abs_active = score.abs()  # 0 for a response without active tokens (a sum over none, over 1)
             if cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
                 if cfg.gate_scope == "micro" and act.numel() <= TOPK_MAX_NUMEL:  # fewer ops: the token quantile
-                    q = quantile_of_zeroed(torch.mul(abs_active, act).view(-1), n_active, cfg.quantile,
-                                           cfg.quantile_rule)
+                    q = quantile_of_zeroed(
+                        torch.mul(abs_active, act).view(-1), n_active, cfg.quantile, cfg.quantile_rule
+                    )
                 else:  # less work: one score per response, counted n_i times (the same value)
-                    q = _threshold(abs_active, torch.gt(n_seq, _ZERO).float(), n_active, cfg, group,
-                                   counts=n_seq.long())
+                    q = _threshold(
+                        abs_active, torch.gt(n_seq, _ZERO).float(), n_active, cfg, group, counts=n_seq.long()
+                    )
                 gate_weights, token_mask, n_scope = n_seq, act, n_active
             else:  # "sequence": one score per response, quantile over responses
                 has_tokens = torch.gt(n_seq, _ZERO).float()
@@ -382,8 +422,9 @@ def sat_gspo_loss(
             for sl in chunks:
                 gp = Gate(q=q, d=g.d[sl], sign=g.sign[sl], gated=g.gated[sl], c=g.c[sl])
                 act_part = act[sl]
-                s = _surrogate_input(ratio[sl], x.adv[sl], gp, act_part, _part(dratio_dx, sl),
-                                     _part(x.weights, sl), cfg)
+                s = _surrogate_input(
+                    ratio[sl], x.adv[sl], gp, act_part, _part(dratio_dx, sl), _part(x.weights, sl), cfg
+                )
                 _, _, indicators = surrogate_part(s, loss[sl], coef[sl])
                 token_sums.append(_token_sums(abs_raw[sl], indicators, act_part))
             token_sums = torch.stack(token_sums).sum(0)
@@ -394,12 +435,22 @@ def sat_gspo_loss(
         gg = g
         if token_mask is not None:  # the response gate on the response's active tokens
             gated = g.gated * token_mask
-            gg = Gate(q=q, d=g.d.expand_as(gated), sign=g.sign.expand_as(gated), gated=gated,
-                      c=torch.addcmul(torch.sub(scalar(1.0), gated), g.c, gated))
+            gg = Gate(
+                q=q,
+                d=g.d.expand_as(gated),
+                sign=g.sign.expand_as(gated),
+                gated=gated,
+                c=torch.addcmul(torch.sub(scalar(1.0), gated), g.c, gated),
+            )
         region = gg.region(cfg)
         if cfg.gspo_gate_level == "sequence":  # one entry per response
-            region = TrustRegion(lo=region.lo.squeeze(-1), hi=region.hi.squeeze(-1), c=region.c.squeeze(-1),
-                                 gated=region.gated.squeeze(-1), q=q)
+            region = TrustRegion(
+                lo=region.lo.squeeze(-1),
+                hi=region.hi.squeeze(-1),
+                c=region.c.squeeze(-1),
+                gated=region.gated.squeeze(-1),
+                q=q,
+            )
         _, _, indicators = surrogate_part(_surrogate_input(ratio, x.adv, g, act, None, None, cfg))
         return Detail(ratio=ratio.expand(act.shape), region=region, clipped=indicators[0] < 0)
 

@@ -172,9 +172,7 @@ def _zeroed(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask.reshape(-1), values.detach().float().reshape(-1), 0.0).add_(0.0)
 
 
-def masked_quantile(
-    values: torch.Tensor, mask: torch.Tensor, level: float, rule: str = "inverse_cdf"
-) -> torch.Tensor:
+def masked_quantile(values: torch.Tensor, mask: torch.Tensor, level: float, rule: str = "inverse_cdf") -> torch.Tensor:
     """The ``level`` quantile (``rule``) of ``values[mask]`` as a 0-d float32 tensor (0 when nothing is selected);
     unselected entries may hold anything (NaN included)."""
     mask = mask.bool()

@@ -37,8 +37,12 @@ def reference_kernel(abs_d: torch.Tensor, q: torch.Tensor, kernel: str, n: float
     """Eq. 15, psi(u; q) = 1 / (1 + (u / q)^n) ("hill", n = 2), and the other forms; never below C_FLOOR > 0."""
     x = abs_d / q  # the paper's u / q
     u = (abs_d - q) / q  # the relative excess over the gate
-    forms = {"hill": 1 / (1 + x**n), "hill_shifted": 1 / (1 + u**n), "power": (q / abs_d) ** n,  # Eq. 15 (hill), and the named options
-             "exp": torch.exp(-(u**n))}
+    forms = {
+        "hill": 1 / (1 + x**n),  # Eq. 15
+        "hill_shifted": 1 / (1 + u**n),  # the named options, not the paper's
+        "power": (q / abs_d) ** n,
+        "exp": torch.exp(-(u**n)),
+    }
     return forms[kernel].clamp(min=C_FLOOR)
 
 
@@ -71,12 +75,14 @@ def reference_surrogate(ratio, adv, lo, hi, dual_clip: float | None, eps_low: fl
     hi = torch.where(adv < 0, torch.full_like(hi, 1 + eps_high), hi)
     loss = -torch.minimum(ratio * adv, torch.clamp(ratio, lo, hi) * adv)  # Eq. 18-19
     if dual_clip is not None:
-        loss = torch.where(adv < 0, torch.minimum(loss, -adv * dual_clip), loss)  # verl's dual clip for A < 0 (not Eq. 19)
+        # verl's dual clip for A < 0 (not Eq. 19)
+        loss = torch.where(adv < 0, torch.minimum(loss, -adv * dual_clip), loss)
     return loss
 
 
-def reference_token_loss(log_prob, old_log_prob, advantages, mask, cfg: SATConfig, rollout_log_prob=None,
-                         rollout_is_weights=None, q=None) -> torch.Tensor:
+def reference_token_loss(
+    log_prob, old_log_prob, advantages, mask, cfg: SATConfig, rollout_log_prob=None, rollout_is_weights=None, q=None
+) -> torch.Tensor:
     """SAT-GRPO (Eq. 13-19): the per-token loss, before the framework's aggregation."""
     log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # Eq. 13
     if cfg.proxy == "rollout":  # not the paper's: the score against the rollout log-prob
@@ -88,22 +94,33 @@ def reference_token_loss(log_prob, old_log_prob, advantages, mask, cfg: SATConfi
     return loss if rollout_is_weights is None else loss * rollout_is_weights
 
 
-def reference_gspo_loss(log_prob, old_log_prob, advantages, mask, cfg: SATConfig, rollout_log_prob=None,
-                        rollout_is_weights=None, q=None, ratio_form: str = "token") -> torch.Tensor:
+def reference_gspo_loss(
+    log_prob,
+    old_log_prob,
+    advantages,
+    mask,
+    cfg: SATConfig,
+    rollout_log_prob=None,
+    rollout_is_weights=None,
+    q=None,
+    ratio_form: str = "token",
+) -> torch.Tensor:
     """SAT-GSPO (Eq. 20): GSPO's sequence ratio in the clip and in the score, broadcast to the response's
     active tokens before the token quantile; ``ratio_form`` "token" is verl's gradient, "sequence" OpenRLHF's."""
     m = mask.float()
     length = m.sum(-1).clamp(min=1)
     seq_log_ratio = ((log_prob - old_log_prob) * m).sum(-1) / length  # log rho_b, Eq. 20
     if ratio_form == "token":  # value rho_b on every token, gradient through each token's own log-prob
-        ratio = torch.exp(torch.clamp(log_prob - log_prob.detach() + seq_log_ratio.detach()[:, None],
-                                      max=GSPO_LOG_RATIO_MAX))
+        ratio = torch.exp(
+            torch.clamp(log_prob - log_prob.detach() + seq_log_ratio.detach()[:, None], max=GSPO_LOG_RATIO_MAX)
+        )
     else:
         ratio = torch.exp(torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX))[:, None] * m
     reference = log_prob.detach() - (old_log_prob if cfg.proxy == "old" else rollout_log_prob)
     seq_score = torch.clamp((reference * m).sum(-1) / length, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if cfg.gspo_gate_level == "broadcast":  # Eq. 20: the sequence score on every token, token quantile
-        lo, hi, _, _ = reference_bounds(seq_score[:, None].expand_as(m), mask, cfg, q)  # Eq. 20: the token quantile on the broadcast score
+        broadcast = seq_score[:, None].expand_as(m)
+        lo, hi, _, _ = reference_bounds(broadcast, mask, cfg, q)  # Eq. 20: the token quantile on the broadcast score
     elif cfg.gspo_gate_level == "sequence":  # not the paper's: one score per response, quantile over responses
         lo, hi, _, _ = reference_bounds(seq_score, mask.any(-1), cfg, q)
         lo, hi = lo[:, None], hi[:, None]

@@ -46,8 +46,9 @@ class SurrogateInput:
     weights: torch.Tensor | None = None  # finite per-token loss weights
 
 
-def surrogate_part(s: SurrogateInput, loss: torch.Tensor | None = None,
-                   coef: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+def surrogate_part(
+    s: SurrogateInput, loss: torch.Tensor | None = None, coef: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """The per-token loss (times the weights) and ``-(dr/dx) K`` (the advantages' shape), written into ``loss``
     and ``coef`` when given (slices of a call's outputs), and the indicators of the clip metrics: -1 where
     clipped (A cr < A r, verl's pg_clipfrac), -1 where clipped by the nominal interval too, -1 where
@@ -94,7 +95,8 @@ class _Attach(torch.autograd.Function):
         return (g if g.dtype == ctx.x_dtype else g.to(ctx.x_dtype)), None, None, None, None
 
 
-def attach(x: torch.Tensor, loss: torch.Tensor, coef: torch.Tensor, adv: torch.Tensor,
-           weights: torch.Tensor | None) -> torch.Tensor:
+def attach(
+    x: torch.Tensor, loss: torch.Tensor, coef: torch.Tensor, adv: torch.Tensor, weights: torch.Tensor | None
+) -> torch.Tensor:
     """``loss`` (computed without a graph, x's shape) with the gradient ``((g w) A) coef`` flowing to x."""
     return _Attach.apply(x, loss, coef, adv, weights)

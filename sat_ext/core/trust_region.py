@@ -43,10 +43,14 @@ class TrustRegion:
         m = mask.bool()
         n = torch.count_nonzero(m).float().clamp_min(1.0)
         on = lambda t: torch.where(m, t, 0.0).sum() / n  # noqa: E731
-        return {"gate_rate": on(self.gated.float()), "threshold_q": self.q.detach().float(),
-                "radius_low_mean": on(1.0 - self.lo), "radius_high_mean": on(self.hi - 1.0),
-                "contraction_min": torch.where(m, self.c, 1.0).amin() if m.numel() else torch.ones(()),
-                "abs_log_ratio_mean": on(d.abs())}
+        return {
+            "gate_rate": on(self.gated.float()),
+            "threshold_q": self.q.detach().float(),
+            "radius_low_mean": on(1.0 - self.lo),
+            "radius_high_mean": on(self.hi - 1.0),
+            "contraction_min": torch.where(m, self.c, 1.0).amin() if m.numel() else torch.ones(()),
+            "abs_log_ratio_mean": on(d.abs()),
+        }
 
 
 @dataclass
@@ -91,13 +95,15 @@ def gate_threshold(
     Without an initialised process group the global scope is the local one (a world of one process).
     """
     if cfg.gate_scope == "global" and dist.is_available() and dist.is_initialized():
-        return global_masked_quantile(abs_d, mask, cfg.quantile, group=group, method=cfg.global_method,
-                                      rule=cfg.quantile_rule, counts=counts)
+        return global_masked_quantile(
+            abs_d, mask, cfg.quantile, group=group, method=cfg.global_method, rule=cfg.quantile_rule, counts=counts
+        )
     if counts is not None:
         return weighted_quantile(abs_d, torch.where(mask.bool(), counts, 0), cfg.quantile, cfg.quantile_rule)
     m = mask.bool()
-    return quantile_of_zeroed(torch.where(m, abs_d, 0.0).reshape(-1), torch.count_nonzero(m), cfg.quantile,
-                              cfg.quantile_rule)
+    return quantile_of_zeroed(
+        torch.where(m, abs_d, 0.0).reshape(-1), torch.count_nonzero(m), cfg.quantile, cfg.quantile_rule
+    )
 
 
 def gate(d: torch.Tensor, abs_active: torch.Tensor, q: torch.Tensor, cfg: SATConfig) -> Gate:

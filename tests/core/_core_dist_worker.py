@@ -32,25 +32,30 @@ def quantile_scenarios():
     s["rank0_zero_size"] = ([torch.zeros(0), v0], [torch.zeros(0, dtype=torch.bool), torch.ones(500, dtype=torch.bool)])
     s["both_empty"] = ([v0, v1], [torch.zeros(500, dtype=torch.bool), torch.zeros(64, dtype=torch.bool)])
     vals = torch.tensor([0.1, 0.2, 0.3])
-    s["ties"] = ([vals[torch.randint(0, 3, (301,), generator=g)], vals[torch.randint(0, 3, (99,), generator=g)]],
-                 [torch.ones(301, dtype=torch.bool), torch.ones(99, dtype=torch.bool)])
+    s["ties"] = (
+        [vals[torch.randint(0, 3, (301,), generator=g)], vals[torch.randint(0, 3, (99,), generator=g)]],
+        [torch.ones(301, dtype=torch.bool), torch.ones(99, dtype=torch.bool)],
+    )
     z0, z1 = torch.zeros(400), torch.zeros(300)
     z0[:7] = torch.rand(7, generator=g)
     z1[-9:] = torch.rand(9, generator=g) * 3
     s["on_policy_zeros"] = ([z0, z1], [torch.ones(400, dtype=torch.bool), torch.ones(300, dtype=torch.bool)])
     p2 = torch.tensor([0.25, 0.5, 1.0, 2.0, 4.0])
-    s["powers_of_two"] = ([p2[torch.randint(0, 5, (50,), generator=g)], p2[torch.randint(0, 5, (31,), generator=g)]],
-                          [torch.ones(50, dtype=torch.bool), torch.ones(31, dtype=torch.bool)])
+    s["powers_of_two"] = (
+        [p2[torch.randint(0, 5, (50,), generator=g)], p2[torch.randint(0, 5, (31,), generator=g)]],
+        [torch.ones(50, dtype=torch.bool), torch.ones(31, dtype=torch.bool)],
+    )
     sc0 = torch.exp(torch.empty(700).uniform_(-60, 3, generator=g))
     sc1 = torch.exp(torch.empty(333).uniform_(-60, 3, generator=g))
     s["many_scales"] = ([sc0, sc1], [torch.rand(700, generator=g) < 0.5, torch.rand(333, generator=g) < 0.5])
-    s["single_element"] = ([torch.tensor([0.7]), torch.tensor([3.0])],
-                           [torch.tensor([False]), torch.tensor([True])])
+    s["single_element"] = ([torch.tensor([0.7]), torch.tensor([3.0])], [torch.tensor([False]), torch.tensor([True])])
     b0, b1 = torch.rand(200_000, generator=g) * 5, torch.rand(150_000, generator=g) ** 4 * 5
     s["large"] = ([b0, b1], [torch.rand(200_000, generator=g) < 0.9, torch.rand(150_000, generator=g) < 0.9])
     m0 = torch.arange(50)[None, :] < torch.tensor([50, 10, 0, 33])[:, None]
-    s["2d_padded"] = ([torch.rand(4, 50, generator=g), torch.rand(2, 50, generator=g) * 0.1],
-                      [m0, torch.ones(2, 50, dtype=torch.bool)])
+    s["2d_padded"] = (
+        [torch.rand(4, 50, generator=g), torch.rand(2, 50, generator=g) * 0.1],
+        [m0, torch.ones(2, 50, dtype=torch.bool)],
+    )
     return s
 
 
@@ -91,15 +96,31 @@ def loss_scenarios():
     # (41 active tokens: pos = 0.9 * 40 = 36, q = rank 0's largest |d|)
     r1 = _batch(15, 1, 8, 0.0, lens=[4])
     r1 = (r1[1] + torch.tensor([[0.5, -0.6, 0.8, -1.0, 0.0, 0.0, 0.0, 0.0]]), r1[1], r1[2], r1[3])
-    s["token_rank1_all_gated"] = ("token", None, SATConfig(**ex, kernel="power", c_min=0.1),
-                                  [_batch(14, 5, 8, 0.01, lens=[8, 8, 8, 8, 5]), r1])
+    s["token_rank1_all_gated"] = (
+        "token",
+        None,
+        SATConfig(**ex, kernel="power", c_min=0.1),
+        [_batch(14, 5, 8, 0.01, lens=[8, 8, 8, 8, 5]), r1],
+    )
     s["gspo_seq_uneven"] = ("gspo", "token", SATConfig(**ex), [_batch(16, 5, 6, 0.3), _batch(17, 3, 6, 0.2)])
-    s["gspo_seqratio_seq"] = ("gspo", "sequence", SATConfig(**ex, dual_clip=None),
-                              [_batch(18, 4, 6, 0.3), _batch(19, 6, 6, 0.2)])
-    s["gspo_linear_uneven"] = ("gspo", "token", SATConfig(**ex, quantile_rule="linear"),
-                               [_batch(26, 4, 11, 0.3), _batch(27, 2, 11, 0.2)])
-    s["gspo_tok_uneven"] = ("gspo", "token", SATConfig(**ex, gspo_gate_level="token", kernel="exp"),
-                            [_batch(20, 2, 9, 0.3), _batch(21, 3, 9, 0.1)])
+    s["gspo_seqratio_seq"] = (
+        "gspo",
+        "sequence",
+        SATConfig(**ex, dual_clip=None),
+        [_batch(18, 4, 6, 0.3), _batch(19, 6, 6, 0.2)],
+    )
+    s["gspo_linear_uneven"] = (
+        "gspo",
+        "token",
+        SATConfig(**ex, quantile_rule="linear"),
+        [_batch(26, 4, 11, 0.3), _batch(27, 2, 11, 0.2)],
+    )
+    s["gspo_tok_uneven"] = (
+        "gspo",
+        "token",
+        SATConfig(**ex, gspo_gate_level="token", kernel="exp"),
+        [_batch(20, 2, 9, 0.3), _batch(21, 3, 9, 0.1)],
+    )
     hist = dict(gate_scope="global", global_method="hist")
     s["token_hist"] = ("token", None, SATConfig(**hist), [_batch(22, 3, 7, 0.2), _batch(23, 2, 7, 0.3)])
     # on-policy: more than 90% of the tokens have d == 0 exactly, so q = 0 and SAT must gate nothing
@@ -118,8 +139,13 @@ def run_loss(kind, ratio_form, cfg, lp, old, adv, mask):
         out = sat_gspo_loss(lp, old, adv, mask, cfg, ratio_form=ratio_form)
     (g,) = torch.autograd.grad(out.loss_mat.sum(), lp)
     return {
-        "lo": out.region.lo, "hi": out.region.hi, "gated": out.region.gated, "q": out.region.q,
-        "c": out.region.c, "loss": out.loss_mat.detach(), "grad": g,
+        "lo": out.region.lo,
+        "hi": out.region.hi,
+        "gated": out.region.gated,
+        "q": out.region.q,
+        "c": out.region.c,
+        "loss": out.loss_mat.detach(),
+        "grad": g,
         "metrics": {k: v.clone() for k, v in out.metrics.items()},
     }
 
@@ -138,8 +164,9 @@ def worker(rank: int, world: int, init_file: str, out_prefix: str) -> None:
             for level in LEVELS:
                 for method in ("exact", "hist"):
                     for rule in ("inverse_cdf", "linear"):
-                        q = global_masked_quantile(vals[rank], masks[rank], level, method=method, rule=rule,
-                                                   counts=counts[rank])
+                        q = global_masked_quantile(
+                            vals[rank], masks[rank], level, method=method, rule=rule, counts=counts[rank]
+                        )
                         res["weighted"][(name, level, method, rule)] = q
         for name, (kind, form, cfg, batches) in loss_scenarios().items():
             res["loss"][name] = run_loss(kind, form, cfg, *batches[rank])

@@ -144,8 +144,7 @@ def gspo_ratio(lp, old, mask, ratio_form: str) -> torch.Tensor:
 
 def gspo_loss(lp, old, adv, mask, cfg: SATConfig, ratio_form: str) -> torch.Tensor:
     """GSPO with the nominal interval (and cfg's dual clip)."""
-    return _nominal_surrogate(gspo_ratio(lp, old, mask, ratio_form), adv, cfg.eps_low, cfg.eps_high,
-                              cfg.dual_clip)
+    return _nominal_surrogate(gspo_ratio(lp, old, mask, ratio_form), adv, cfg.eps_low, cfg.eps_high, cfg.dual_clip)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -170,11 +169,12 @@ def ref_sat_token(lp, old, adv, mask, cfg: SATConfig) -> RefLoss:
     d = proxy_token(lp, old).tolist()
     A, M = adv.float().tolist(), mask.bool().tolist()
     B, T = len(M), (len(M[0]) if M else 0)
-    q = ref_quantile([abs(d[b][t]) for b in range(B) for t in range(T) if M[b][t]], cfg.quantile,
-                     cfg.quantile_rule)
+    q = ref_quantile([abs(d[b][t]) for b in range(B) for t in range(T) if M[b][t]], cfg.quantile, cfg.quantile_rule)
     bounds = [[ref_bound(d[b][t], M[b][t], q, cfg) for t in range(T)] for b in range(B)]
-    loss = [[ref_surrogate(math.exp(d[b][t]), A[b][t], bounds[b][t].lo, bounds[b][t].hi, cfg.dual_clip)
-             for t in range(T)] for b in range(B)]
+    loss = [
+        [ref_surrogate(math.exp(d[b][t]), A[b][t], bounds[b][t].lo, bounds[b][t].hi, cfg.dual_clip) for t in range(T)]
+        for b in range(B)
+    ]
     boundary = [[_near(abs(d[b][t]), q) for t in range(T)] for b in range(B)]
     return RefLoss(q, bounds, loss, d, boundary)
 
@@ -197,15 +197,26 @@ def ref_sat_gspo(lp, old, adv, mask, cfg: SATConfig, ratio_form: str) -> RefLoss
             dt = [[ds[b]] * T for b in range(B)]
         else:
             dt = proxy_token(lp, old).tolist()
-        q = ref_quantile([abs(dt[b][t]) for b in range(B) for t in range(T) if M[b][t]], cfg.quantile,
-                         cfg.quantile_rule)
+        q = ref_quantile(
+            [abs(dt[b][t]) for b in range(B) for t in range(T) if M[b][t]], cfg.quantile, cfg.quantile_rule
+        )
         bounds = [[ref_bound(dt[b][t], M[b][t], q, cfg) for t in range(T)] for b in range(B)]
         gate_d = dt
     loss = []
     for b in range(B):
         s = math.exp(min(mseq[b], GSPO_MAX))
-        loss.append([ref_surrogate(s if (ratio_form == "token" or M[b][t]) else 0.0, A[b][t],
-                                   bounds[b][t].lo, bounds[b][t].hi, cfg.dual_clip) for t in range(T)])
+        loss.append(
+            [
+                ref_surrogate(
+                    s if (ratio_form == "token" or M[b][t]) else 0.0,
+                    A[b][t],
+                    bounds[b][t].lo,
+                    bounds[b][t].hi,
+                    cfg.dual_clip,
+                )
+                for t in range(T)
+            ]
+        )
     boundary = [[_near(abs(gate_d[b][t]), q) for t in range(T)] for b in range(B)]
     return RefLoss(q, bounds, loss, gate_d, boundary)
 
@@ -329,8 +340,7 @@ def batches(draw, max_b: int = 4, max_t: int = 6, d_modes=D_MODES, adv_modes=ADV
         ar = torch.arange(T)[None, :]
         mask = ar < lens[:, None] if mask_mode == "right_pad" else ar >= (T - lens)[:, None]
     desc = f"d={d_mode} old={old_mode} adv={adv_mode} mask={mask_mode} seed={seed}"
-    return Batch(lp.view(B, T).float().requires_grad_(True), old.view(B, T).float(), adv.view(B, T).float(),
-                 mask, desc)
+    return Batch(lp.view(B, T).float().requires_grad_(True), old.view(B, T).float(), adv.view(B, T).float(), mask, desc)
 
 
 @st.composite

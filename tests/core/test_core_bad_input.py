@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-
 from _core_ref import check_metrics, gspo_loss, ppo_token_loss
+
 from sat_ext.core import SATConfig, sat_gspo_loss, sat_token_loss
 
 # (kind, ratio_form, gspo_gate_level)
@@ -18,8 +18,7 @@ KINDS = [
     ("gspo", "token", "token"),
     ("gspo", "sequence", "token"),
 ]
-KIND_IDS = ["sat", "gspo-tokratio-seqgate", "gspo-seqratio-seqgate", "gspo-tokratio-tokgate",
-            "gspo-seqratio-tokgate"]
+KIND_IDS = ["sat", "gspo-tokratio-seqgate", "gspo-seqratio-seqgate", "gspo-tokratio-tokgate", "gspo-seqratio-tokgate"]
 
 
 def _loss(kind, ratio_form, lp, old, adv, mask, cfg, **kw):

@@ -10,15 +10,14 @@
 from __future__ import annotations
 
 import functools
-import os
 import time
 
+import _core_dist_worker as W
 import pytest
 import torch
 import torch.multiprocessing as mp
-
-import _core_dist_worker as W
 from _core_ref import check_metrics
+
 from sat_ext.core import SATConfig, adaptive_trust_region, masked_quantile, sat_gspo_loss, sat_token_loss
 from sat_ext.core.reference import reference_gspo_loss, reference_token_loss
 

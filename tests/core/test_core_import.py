@@ -9,14 +9,14 @@ import sys
 
 FRAMEWORKS = ("verl", "openrlhf", "ray", "transformers", "vllm", "sglang", "deepspeed", "hydra", "omegaconf")
 
-_PROBE = f"""
+_PROBE = """
 import json, sys
 import sat_ext.core
 from sat_ext.core import SATConfig, sat_token_loss, sat_gspo_loss, global_masked_quantile
 import torch
 out = sat_token_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2, dtype=torch.bool),
                      SATConfig())
-roots = sorted({{m.split('.')[0] for m in sys.modules}})
+roots = sorted({m.split('.')[0] for m in sys.modules})
 print(json.dumps(roots))
 """
 

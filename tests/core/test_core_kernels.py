@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
+from _core_ref import f32, ref_kernel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _core_ref import f32, ref_kernel
 from sat_ext.core import SATConfig, adaptive_trust_region, contraction, sat_token_loss
 from sat_ext.core.config import KERNELS
 from sat_ext.core.kernels import C_FLOOR
@@ -28,8 +28,17 @@ HAND = [
     (0.1, 0.2, 2.0, {"hill_shifted": 1 / 2, "hill": 1 / 5, "power": 1 / 4, "exp": math.exp(-1)}),
     (0.1, 0.3, 2.0, {"hill_shifted": 1 / 5, "hill": 1 / 10, "power": 1 / 9, "exp": math.exp(-4)}),
     (0.5, 2.0, 3.0, {"hill_shifted": 1 / 28, "hill": 1 / 65, "power": 1 / 64, "exp": math.exp(-27)}),
-    (0.2, 0.3, 0.5, {"hill_shifted": 1 / (1 + 0.5**0.5), "hill": 1 / (1 + 1.5**0.5), "power": (2 / 3) ** 0.5,
-                     "exp": math.exp(-(0.5**0.5))}),
+    (
+        0.2,
+        0.3,
+        0.5,
+        {
+            "hill_shifted": 1 / (1 + 0.5**0.5),
+            "hill": 1 / (1 + 1.5**0.5),
+            "power": (2 / 3) ** 0.5,
+            "exp": math.exp(-(0.5**0.5)),
+        },
+    ),
 ]
 
 
@@ -56,8 +65,9 @@ def test_hand_worked_through_the_loss(kernel):
     lp = torch.full((1, 20), 0.1)
     lp[0, ::2] = -0.1
     lp[0, 7] = 0.2
-    out = sat_token_loss(lp, torch.zeros(1, 20), torch.ones(1, 20), torch.ones(1, 20, dtype=torch.bool),
-                         SATConfig(kernel=kernel))
+    out = sat_token_loss(
+        lp, torch.zeros(1, 20), torch.ones(1, 20), torch.ones(1, 20, dtype=torch.bool), SATConfig(kernel=kernel)
+    )
     assert float(out.region.q) == f32(0.1)
     assert out.region.gated.nonzero().tolist() == [[0, 7]]
     expect = HAND[0][3][kernel]
@@ -69,8 +79,12 @@ def test_hand_worked_through_the_loss(kernel):
 
 
 @settings(max_examples=60, deadline=None)
-@given(kernel=st.sampled_from(KERNELS), n=st.floats(0.25, 6), q=st.floats(1e-6, 10),
-       c_min=st.sampled_from([0.0, 0.0, 0.05, 0.5]))
+@given(
+    kernel=st.sampled_from(KERNELS),
+    n=st.floats(0.25, 6),
+    q=st.floats(1e-6, 10),
+    c_min=st.sampled_from([0.0, 0.0, 0.05, 0.5]),
+)
 def test_contraction_monotone_non_increasing_in_abs_d(kernel, n, q, c_min):
     cfg = SATConfig(kernel=kernel, exponent=n, c_min=c_min)
     x = torch.cat([torch.linspace(0, 3 * q, 3001), torch.logspace(math.log10(3 * q), math.log10(max(20, 4 * q)), 500)])
@@ -135,8 +149,12 @@ def test_c_min_floor(kernel):
 def test_tiny_threshold_extreme_contraction_stays_contained():
     """q tiny against |d| = 20: every kernel underflows towards c = 0; bounds stay in [nominal, 1]."""
     for kernel in KERNELS:
-        r = adaptive_trust_region(torch.tensor([20.0, -20.0]), torch.ones(2, dtype=torch.bool),
-                                  SATConfig(kernel=kernel), q=torch.tensor(1e-30))
+        r = adaptive_trust_region(
+            torch.tensor([20.0, -20.0]),
+            torch.ones(2, dtype=torch.bool),
+            SATConfig(kernel=kernel),
+            q=torch.tensor(1e-30),
+        )
         # c stays in (0, 1] (Eq. 16): floored at the smallest normal float32 where the kernel underflows
         assert bool(torch.isfinite(r.c).all()) and bool((r.c > 0).all()) and bool((r.c < 1e-6).all())
         assert 1.0 <= float(r.hi[0]) < 1 + 1e-6 and float(r.lo[0]) == f32(0.8)
@@ -153,8 +171,9 @@ def test_contraction_never_underflows_to_zero(kernel):
     if kernel == "exp":
         assert float(c[0]) == C_FLOOR
     lp = torch.tensor([[0.13] + [0.01] * 9], requires_grad=True)
-    out = sat_token_loss(lp, torch.zeros(1, 10), torch.ones(1, 10), torch.ones(1, 10, dtype=torch.bool),
-                         SATConfig(kernel=kernel))
+    out = sat_token_loss(
+        lp, torch.zeros(1, 10), torch.ones(1, 10), torch.ones(1, 10, dtype=torch.bool), SATConfig(kernel=kernel)
+    )
     assert float(out.metrics["threshold_q"]) == f32(0.01)
     assert 0 < float(out.metrics["contraction_min"]) < 1
 

@@ -5,22 +5,33 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _core_ref import batches, check_metrics, configs, ppo_token_loss
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _core_ref import batches, check_metrics, configs, ppo_token_loss
 from sat_ext.core import METRIC_KEYS, SATConfig, sat_gspo_loss, sat_token_loss
 
 
 def test_metric_keys_are_the_documented_ones():
     assert len(set(METRIC_KEYS)) == len(METRIC_KEYS)
-    assert {"gate_rate", "threshold_q", "radius_low_mean", "radius_high_mean", "contraction_min",
-            "abs_log_ratio_mean", "newly_clipped_frac"} <= set(METRIC_KEYS)  # SPEC §1's diagnostics
+    assert {
+        "gate_rate",
+        "threshold_q",
+        "radius_low_mean",
+        "radius_high_mean",
+        "contraction_min",
+        "abs_log_ratio_mean",
+        "newly_clipped_frac",
+    } <= set(METRIC_KEYS)  # SPEC §1's diagnostics
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batch=batches(max_b=3, max_t=5), cfg=configs(), kind=st.sampled_from(["token", "gspo-token", "gspo-sequence"]),
-       poison=st.sampled_from(["none", "nan_active", "inf_padding", "all_nan"]))
+@given(
+    batch=batches(max_b=3, max_t=5),
+    cfg=configs(),
+    kind=st.sampled_from(["token", "gspo-token", "gspo-sequence"]),
+    poison=st.sampled_from(["none", "nan_active", "inf_padding", "all_nan"]),
+)
 def test_metric_keys_constant_and_finite(batch, cfg, kind, poison):
     lp, old, adv = batch.lp.detach().clone(), batch.old.clone(), batch.adv.clone()
     mask = batch.mask
@@ -39,8 +50,15 @@ def test_metric_keys_constant_and_finite(batch, cfg, kind, poison):
     check_metrics(out.metrics)
     assert bool(torch.isfinite(out.loss_mat).all())
     m = out.metrics
-    for k in ("gate_rate", "newly_clipped_frac", "nonfinite_frac", "log_ratio_clamped_frac", "pg_clipfrac",
-              "pg_clipfrac_lower", "empty_microbatch"):
+    for k in (
+        "gate_rate",
+        "newly_clipped_frac",
+        "nonfinite_frac",
+        "log_ratio_clamped_frac",
+        "pg_clipfrac",
+        "pg_clipfrac_lower",
+        "empty_microbatch",
+    ):
         assert 0.0 <= float(m[k]) <= 1.0, k
     assert 0.0 <= float(m["contraction_min"]) <= 1.0
     assert 0.0 <= float(m["radius_low_mean"]) <= cfg.eps_low + 1e-6

@@ -16,10 +16,10 @@ from fractions import Fraction
 
 import pytest
 import torch
+from _core_ref import batches, configs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _core_ref import batches, configs
 from sat_ext.core import losses, quantile, sat_gspo_loss, sat_token_loss
 from sat_ext.core.quantile import masked_quantile, weighted_quantile
 
@@ -34,9 +34,16 @@ def _run(kind: str, form: str | None, batch, cfg, weights):
     return out, g
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(batch=batches(max_b=5, max_t=9), cfg=configs(), chunk=st.integers(1, 12),
-       kind=st.sampled_from(["token", "gspo-token", "gspo-sequence"]), weighted=st.booleans())
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    batch=batches(max_b=5, max_t=9),
+    cfg=configs(),
+    chunk=st.integers(1, 12),
+    kind=st.sampled_from(["token", "gspo-token", "gspo-sequence"]),
+    weighted=st.booleans(),
+)
 def test_parts_equal_one_part(monkeypatch, batch, cfg, chunk, kind, weighted):
     w = torch.rand(batch.mask.shape, generator=torch.Generator().manual_seed(2)) * 2 if weighted else None
     k, form = (kind, None) if kind == "token" else ("gspo", kind.split("-")[1])
@@ -57,8 +64,13 @@ _vals = st.floats(0, 1e4, width=32, allow_subnormal=False)
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), n=st.integers(1, 300), level=st.floats(0.001, 0.999),
-       rule=st.sampled_from(["inverse_cdf", "linear"]), scale=st.sampled_from([1e-30, 1e-3, 1.0, 1e30]))
+@given(
+    data=st.data(),
+    n=st.integers(1, 300),
+    level=st.floats(0.001, 0.999),
+    rule=st.sampled_from(["inverse_cdf", "linear"]),
+    scale=st.sampled_from([1e-30, 1e-3, 1.0, 1e30]),
+)
 def test_radix_selection_equals_topk(monkeypatch, data, n, level, rule, scale):
     values = torch.tensor(data.draw(st.lists(_vals, min_size=n, max_size=n)), dtype=torch.float32) * scale
     if data.draw(st.booleans()):  # duplicates and exact zeros

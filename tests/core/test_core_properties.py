@@ -19,9 +19,6 @@ import math
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from _core_ref import (
     batches,
     check_metrics,
@@ -33,6 +30,9 @@ from _core_ref import (
     ref_sat_gspo,
     ref_sat_token,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from sat_ext.core import SATConfig, sat_gspo_loss, sat_token_loss
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -57,8 +57,12 @@ def _token_bounds(kind: str, cfg: SATConfig, out, shape):
     r = out.region
     if kind == "gspo" and cfg.gspo_gate_level == "sequence":
         assert r.lo.shape == (shape[0],)
-        return (r.lo[:, None].expand(shape), r.hi[:, None].expand(shape), r.gated[:, None].expand(shape),
-                r.c[:, None].expand(shape))
+        return (
+            r.lo[:, None].expand(shape),
+            r.hi[:, None].expand(shape),
+            r.gated[:, None].expand(shape),
+            r.c[:, None].expand(shape),
+        )
     assert r.lo.shape == shape
     return r.lo, r.hi, r.gated, r.c
 

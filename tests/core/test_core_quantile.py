@@ -12,10 +12,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
+from _core_ref import f32, ref_quantile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _core_ref import f32, ref_quantile
 from sat_ext.core import SATConfig, adaptive_trust_region, gate_threshold, masked_quantile, sat_token_loss
 from sat_ext.core.quantile import weighted_quantile
 
@@ -189,8 +189,13 @@ def test_masked_quantile_linear_matches_torch_quantile(data, n, level):
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 4000), level=st.floats(0.001, 0.999), seed=st.integers(0, 2**31 - 1),
-       scale=st.sampled_from([1e-30, 1e-3, 1.0, 20.0]), rule=st.sampled_from(["inverse_cdf", "linear"]))
+@given(
+    n=st.integers(1, 4000),
+    level=st.floats(0.001, 0.999),
+    seed=st.integers(0, 2**31 - 1),
+    scale=st.sampled_from([1e-30, 1e-3, 1.0, 20.0]),
+    rule=st.sampled_from(["inverse_cdf", "linear"]),
+)
 def test_masked_quantile_random_vs_sort(n, level, seed, scale, rule):
     g = torch.Generator().manual_seed(seed)
     values = torch.rand(n, generator=g) * scale
@@ -211,8 +216,9 @@ def test_masked_quantile_random_vs_sort(n, level, seed, scale, rule):
 
 
 @settings(max_examples=100, deadline=None)
-@given(data=st.data(), n=st.integers(1, 30), level=st.floats(0.001, 0.999),
-       rule=st.sampled_from(["inverse_cdf", "linear"]))
+@given(
+    data=st.data(), n=st.integers(1, 30), level=st.floats(0.001, 0.999), rule=st.sampled_from(["inverse_cdf", "linear"])
+)
 def test_weighted_quantile_is_the_expanded_masked_quantile(data, n, level, rule):
     """SAT-GSPO's Eq. 20 quantile from one score per response with its length equals the token quantile of
     the broadcast scores, bit for bit."""

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _core_ref import batches, configs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _core_ref import batches, configs
 from sat_ext.core import sat_gspo_loss, sat_token_loss
 from sat_ext.core.reference import reference_gspo_loss, reference_token_loss
 
