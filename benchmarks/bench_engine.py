@@ -29,8 +29,8 @@ def _median_s(fn, repeats: int) -> float:
 
 
 def measure(kind: str, numerics: str, repeats: int) -> dict:
-    from sat_ext.demo.engines import engine_for
-    from sat_ext.demo.model import Mismatch, build_policy, token_log_probs
+    from sat_ext.demo.engines import Mismatch, engine_for
+    from sat_ext.demo.model import build_policy, token_log_probs
     from sat_ext.demo.routing import capture_routing
     from sat_ext.demo.task import AdditionTask, response_mask
 
@@ -83,7 +83,7 @@ def measure(kind: str, numerics: str, repeats: int) -> dict:
 
 
 def main() -> None:
-    from sat_ext.demo.engine_vllm import vllm_available
+    from sat_ext.demo.engines.vllm_engine import vllm_available
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=20)

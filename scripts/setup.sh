@@ -37,4 +37,4 @@ PY
 python -m pip install --quiet "setuptools<70" wheel
 python -m pip install --quiet --no-build-isolation "deepspeed==0.19.6"
 python -m pip install --quiet "$SETUPTOOLS_PIN"
-DS_ACCELERATOR=cpu python -c "import deepspeed, torch, verl, openrlhf, sat_ext, math_verify; from sat_ext.demo.engine_vllm import vllm_available as v; print('setup ok: torch', torch.__version__, '| verl', verl.__version__, '| deepspeed', deepspeed.__version__, '| vLLM engine:', 'yes' if v()[0] else v()[1])"
+DS_ACCELERATOR=cpu python -c "import deepspeed, torch, verl, openrlhf, sat_ext, math_verify; from sat_ext.demo.engines.vllm_engine import vllm_available as v; print('setup ok: torch', torch.__version__, '| verl', verl.__version__, '| deepspeed', deepspeed.__version__, '| vLLM engine:', 'yes' if v()[0] else v()[1])"

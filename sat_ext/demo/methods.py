@@ -9,9 +9,6 @@ A method is written ``<loss>[+tis][+r3]``, e.g. ``gspo+tis+r3`` = the paper's "G
   log-prob at the rollout checkpoint over the engine's, capped at C (verl's token-level rollout correction);
 - ``dppo_tv+toy``: DPPO-TV with its threshold delta tuned to the toy (``--dppo-toy-delta``) instead of the
   paper's 1e-3 (not the paper's; see :func:`sat_ext.demo.losses.default_settings` for why).
-
-:data:`PAPER_TABLE1` holds the paper's Table 1 (AIME24 best checkpoint and the last-epoch mismatch d_pi, at
-lag 1 and lag 8) for the rows the demo runs, so the summary can put the paper's figures beside the demo's.
 """
 
 from __future__ import annotations
@@ -82,23 +79,3 @@ def parse_method(text: str) -> Method:
 def label(key: str) -> str:
     return parse_method(key).label
 
-
-# Paper Table 1: (AIME24 best, lag 1), (AIME24 best, lag 8), (d_pi lag 1), (d_pi lag 8).
-PAPER_TABLE1: dict[str, tuple[float, float, float, float]] = {
-    "vanilla": (31.25, 30.17, 0.0103, 0.0110),
-    "gspo": (32.25, 31.46, 0.0097, 0.0109),
-    "vanilla+r3": (31.83, 29.58, 0.0058, 0.0218),
-    "gspo+r3": (34.00, 33.13, 0.0091, 0.0158),
-    "vanilla+tis": (31.62, 31.46, 0.0108, 0.0169),
-    "gspo+tis": (32.88, 31.21, 0.0151, 0.0208),
-    "vanilla+tis+r3": (31.79, 31.79, 0.0048, 0.0081),
-    "gspo+tis+r3": (31.88, 32.92, 0.0054, 0.0068),
-    "dppo_tv": (33.96, 32.71, 0.0108, 0.0118),
-    "sat": (32.71, 32.08, 0.0101, 0.0108),
-    "sat_gspo": (34.17, 32.71, 0.0095, 0.0107),
-    "sat+r3": (33.75, 33.13, 0.0056, 0.0079),
-    "sat_gspo+r3": (35.83, 34.79, 0.0056, 0.0076),
-}
-# Paper Table 8: variance of the sampled log-ratio for GRPO, trainer-side (checkpoint) denominator and the
-# rollout-log-prob denominator (App. E.6), at lag 1 and lag 8.
-PAPER_LOGRATIO_VAR = {"checkpoint": (2.6e-4, 1.4e-4), "rollout": (3.2e-4, 2.7e-4)}

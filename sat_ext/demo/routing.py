@@ -19,7 +19,10 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
-from .model import routers
+
+def routers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The MoE router (``Qwen3MoeTopKRouter``) of every sparse layer, in layer order."""
+    return [m for m in model.modules() if type(m).__name__ == "Qwen3MoeTopKRouter"]
 
 
 @contextmanager

@@ -16,18 +16,21 @@ CHARS = "0123456789+="
 
 
 class CharVocab:
-    """Token ids: the 12 characters of ``CHARS`` (0-11), then ``<pad>`` 12, ``<bos>`` 13, ``<eos>`` 14."""
+    """Token ids: the characters of ``chars`` (0..len-1), then ``<pad>``, ``<bos>``, ``<eos>``; for the addition
+    task's ``CHARS``: 0-11, then ``<pad>`` 12, ``<bos>`` 13, ``<eos>`` 14."""
 
-    def __init__(self) -> None:
-        self.chars = CHARS
-        self.stoi = {c: i for i, c in enumerate(CHARS)}
-        self.pad = len(CHARS)
+    def __init__(self, chars: str = CHARS) -> None:
+        if len(set(chars)) != len(chars):
+            raise ValueError(f"vocabulary characters must be distinct, got {chars!r}")
+        self.chars = chars
+        self.stoi = {c: i for i, c in enumerate(chars)}
+        self.pad = len(chars)
         self.bos = self.pad + 1
         self.eos = self.pad + 2
         self.size = self.pad + 3
 
     def encode(self, text: str) -> list[int]:
-        """Ids of ``text`` (characters of ``CHARS`` only; anything else raises KeyError)."""
+        """Ids of ``text`` (characters of ``chars`` only; anything else raises KeyError)."""
         return [self.stoi[c] for c in text]
 
     def decode(self, ids: list[int] | torch.Tensor, stop_at_eos: bool = True) -> str:
@@ -74,6 +77,9 @@ class AdditionTask:
     ``prompt_len`` = 7 (``<bos>`` + 6 characters); ``response_len`` = 4 (up to three digits + ``<eos>``).
     """
 
+    name = "addition"
+    reward_name = "exact match"
+
     def __init__(self, max_operand: int = 100, vocab: CharVocab = VOCAB):
         if not 1 <= max_operand <= 100:
             raise ValueError(f"max_operand must be in [1, 100], got {max_operand}")
@@ -93,11 +99,7 @@ class AdditionTask:
 
     def target_ids(self, problems: list[Problem]) -> torch.Tensor:
         """(n, response_len) long tensor: the answer, ``<eos>``, then ``<pad>``."""
-        rows = []
-        for p in problems:
-            r = self.vocab.encode(p.answer) + [self.vocab.eos]
-            rows.append(r + [self.vocab.pad] * (self.response_len - len(r)))
-        return torch.tensor(rows, dtype=torch.long)
+        return answer_ids(self.vocab, [p.answer for p in problems], self.response_len)
 
     def reward(self, problem: Problem, response: list[int] | torch.Tensor) -> float:
         """1.0 iff ``response`` is the answer's digits followed by ``<eos>`` (anything after it is ignored)."""
@@ -106,6 +108,17 @@ class AdditionTask:
     def rewards(self, problems: list[Problem], responses: torch.Tensor) -> torch.Tensor:
         """(n,) float rewards of ``responses`` (n, L) for ``problems``."""
         return torch.tensor([self.reward(p, r) for p, r in zip(problems, responses)], dtype=torch.float32)
+
+
+def answer_ids(vocab: CharVocab, answers: list[str], length: int) -> torch.Tensor:
+    """(n, length) long tensor: each answer's ids, ``<eos>``, then ``<pad>`` (the warm start's targets)."""
+    rows = []
+    for a in answers:
+        r = vocab.encode(a) + [vocab.eos]
+        if len(r) > length:
+            raise ValueError(f"answer {a!r} and <eos> take {len(r)} tokens, more than {length}")
+        rows.append(r + [vocab.pad] * (length - len(r)))
+    return torch.tensor(rows, dtype=torch.long)
 
 
 def response_mask(responses: torch.Tensor, eos: int = VOCAB.eos) -> torch.Tensor:

@@ -2,7 +2,29 @@ import pytest
 import torch
 
 from sat_ext.demo.model import build_policy, routers
+from sat_ext.demo.spec import Asynchrony, EngineSpec, Evaluation, Recipe, RunSpec
 from sat_ext.demo.task import AdditionTask
+
+_GROUPS = {"recipe": Recipe, "asynchrony": Asynchrony, "evaluation": Evaluation}
+_RENAMED = {"eval_every": ("evaluation", "every"), "eval_size": ("evaluation", "size")}
+
+
+def flat_spec(**kw) -> RunSpec:
+    """A RunSpec from flat keywords (``steps=4, mode="bounded", eval_size=8, engine="vllm", mismatch=...``),
+    each routed to its group (:mod:`sat_ext.demo.spec`)."""
+    groups = {name: {} for name in _GROUPS}
+    engine = {}
+    top = {}
+    for key, value in kw.items():
+        if key in _RENAMED:
+            group, field = _RENAMED[key]
+            groups[group][field] = value
+        elif key in ("engine", "mismatch"):
+            engine["kind" if key == "engine" else "mismatch"] = value
+        else:
+            group = next((g for g, cls in _GROUPS.items() if key in cls.__dataclass_fields__), None)
+            (groups[group] if group else top)[key] = value
+    return RunSpec(**top, **{g: _GROUPS[g](**v) for g, v in groups.items()}, engine=EngineSpec(**engine))
 
 
 @pytest.fixture(autouse=True)
@@ -12,6 +34,18 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="session")
+def rewarding_warm_state():
+    """A short warm start: a policy that sometimes earns reward, so GRPO's advantages and updates are nonzero
+    (shared by the recipe and reproducibility tests; ~30 s)."""
+    from sat_ext.demo.spec import WarmStartSpec
+    from sat_ext.demo.warm import warm_start
+
+    state, stats = warm_start(WarmStartSpec(seed=0, target=0.1, max_steps=400))
+    assert stats["sampled_reward"] > 0.02
+    return state
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from sat_ext.demo import cli, losses
-from sat_ext.demo.engine_vllm import vllm_available
+from sat_ext.demo.engines.vllm_engine import vllm_available
 
 TINY = ["--steps", "4", "--sft-max-steps", "25", "--eval-every", "2", "--eval-size", "16", "--jobs", "1",
         "--no-progress", "--prompts-per-step", "4", "--group-size", "4"]
@@ -73,3 +73,23 @@ def test_python_dash_m_help():
 
     p = subprocess.run([sys.executable, "-m", "sat_ext.demo", "--help"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "--quick" in p.stdout and "--lags" in p.stdout
+
+
+def test_frontier_on_the_code_task_end_to_end(tmp_path):
+    """``sat-ext demo --frontier --task code`` (tiny sizes, emulated engine): the frontier's files and sections."""
+    out = tmp_path / "out"
+    rc = cli.main(["--frontier", "--task", "code", *TINY, "--methods", "vanilla,sat", "--lags", "1,2",
+                   "--lr-mults", "1,8", "--seeds", "2", "--engine", "emulated", "--out", str(out), "--no-cache"])
+    assert rc == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["task"] == "code" and manifest["lr_mults"] == [1.0, 8.0] and manifest["lags"] == [1, 2]
+    for name in ("frontier.csv", "frontier.md", "summary.md", "heatmaps.png", "frontier_curves.png", "runs.csv",
+                 "history.jsonl.gz"):
+        assert (out / name).stat().st_size > 0, name
+    cells = _rows(out / "frontier.csv")
+    assert sorted((r["loss"], int(r["lag"]), float(r["lr_mult"])) for r in cells) == \
+        sorted((m, k, x) for m in ("vanilla", "sat") for k in (1, 2) for x in (1.0, 8.0))
+    assert all(int(r["seeds"]) == 2 for r in cells)
+    summary = (out / "summary.md").read_text()
+    assert "task code" in summary and "all hidden tests pass" in summary and "## Stable lag" in summary
+    assert len(_rows(out / "runs.csv")) == 16

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from sat_ext.demo.engine_vllm import checkpoint_state, vllm_available
-from sat_ext.demo.model import Mismatch, build_policy, routers, token_log_probs
+from sat_ext.demo.engines import Mismatch
+from sat_ext.demo.engines.vllm_engine import checkpoint_state, vllm_available
+from sat_ext.demo.model import build_policy, routers, token_log_probs
 from sat_ext.demo.routing import capture_routing
 from sat_ext.demo.task import AdditionTask, response_mask
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.skipif(not ok, reason=why)
 
 @pytest.fixture(scope="module")
 def engine():
-    from sat_ext.demo.engine_vllm import VLLMEngine
+    from sat_ext.demo.engines.vllm_engine import VLLMEngine
 
     policy = build_policy(seed=0)
     eng = VLLMEngine(policy, Mismatch("fp32"), seed=0)
@@ -121,7 +122,7 @@ def test_r3_capture_and_replay(engine, prompts):
 
 
 def test_bf16_engine_is_within_bf16_tolerance(prompts):
-    from sat_ext.demo.engine_vllm import VLLMEngine
+    from sat_ext.demo.engines.vllm_engine import VLLMEngine
 
     task, p = prompts
     policy = build_policy(seed=2)

@@ -1,10 +1,14 @@
 import pytest
 
+from sat_ext.demo.engines import Mismatch
 from sat_ext.demo.losses import default_settings
 from sat_ext.demo.methods import Method
-from sat_ext.demo.model import Mismatch, build_policy
-from sat_ext.demo.train import RunSpec, WarmStartSpec, lag_config, run
+from sat_ext.demo.model import build_policy
+from sat_ext.demo.spec import WarmStartSpec
+from sat_ext.demo.train import lag_config, run
 from sat_ext.lag.schedule import scheduled_lag
+
+from .conftest import flat_spec
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +21,7 @@ def _spec(**kw):
                 prompts_per_step=2, group_size=2, mini_batches=1, eval_every=100, eval_size=8,
                 mismatch=Mismatch(engine="bf16"), warm=WarmStartSpec(seed=0))
     base.update(kw)
-    return RunSpec(**base)
+    return flat_spec(**base)
 
 
 @pytest.mark.parametrize("k,prefetch", [(1, 0), (4, 1), (3, 2)])

@@ -1,14 +1,13 @@
 import pytest
 import torch
 
-from sat_ext.demo.model import Mismatch, RolloutEngine, build_policy, policy_inputs, router_choices, token_log_probs
+from sat_ext.demo.engines import EmulatedEngine, Mismatch
+from sat_ext.demo.model import build_policy, policy_inputs, router_choices, token_log_probs
 from sat_ext.demo.task import response_mask
 
 
-
-
 def _gen(policy, task, prompts, mismatch):
-    eng = RolloutEngine(policy, mismatch, seed=0)
+    eng = EmulatedEngine(policy, mismatch, seed=0)
     out = eng.generate(prompts, task.response_len, torch.Generator().manual_seed(2))
     resp, lp = out.responses, out.log_probs
     with torch.no_grad():
@@ -57,7 +56,7 @@ def test_routing_mismatch_changes_router_choices(setup):
 
 def test_rollout_top_k(setup):
     policy, task, prompts = setup
-    eng = RolloutEngine(policy, Mismatch(rollout_top_k=1))
+    eng = EmulatedEngine(policy, Mismatch(rollout_top_k=1))
     ids = policy_inputs(prompts, torch.zeros(prompts.shape[0], task.response_len, dtype=torch.long))
     assert all(c.shape[-1] == 1 for c in router_choices(eng.model, ids))
     assert all(c.shape[-1] == 2 for c in router_choices(policy, ids))
@@ -67,7 +66,7 @@ def test_sync_follows_the_trainer(setup):
     policy, task, prompts = setup
     trainer = build_policy(seed=0)
     trainer.load_state_dict(policy.state_dict())
-    eng = RolloutEngine(trainer, Mismatch())
+    eng = EmulatedEngine(trainer, Mismatch())
     with torch.no_grad():
         for p in trainer.parameters():
             p.add_(0.01 * torch.randn_like(p))
@@ -78,7 +77,7 @@ def test_sync_follows_the_trainer(setup):
     eng.sync(trainer, version=3)
     assert eng.version == 3
     assert torch.equal(eng.log_probs(prompts, resp), new)
-    bf = RolloutEngine(trainer, Mismatch(engine="bf16"))
+    bf = EmulatedEngine(trainer, Mismatch(engine="bf16"))
     bf.sync(trainer, version=1)
     p = next(bf.model.parameters())
     assert torch.equal(p, p.to(torch.bfloat16).float())  # rounded again after every sync

@@ -5,18 +5,20 @@ import math
 import pytest
 import torch
 
+from sat_ext.demo.engines import Mismatch
+from sat_ext.demo.learner import tis_weights
 from sat_ext.demo.losses import default_settings, setting_for
-from sat_ext.demo.methods import PAPER_TABLE1, Method, parse_method
-from sat_ext.demo.model import Mismatch
-from sat_ext.demo.train import RunSpec, WarmStartSpec, run, tis_weights, warm_start
+from sat_ext.demo.methods import Method, parse_method
+from sat_ext.demo.paper import PAPER_TABLE1
+from sat_ext.demo.spec import WarmStartSpec
+from sat_ext.demo.train import run
+
+from .conftest import flat_spec
 
 
 @pytest.fixture(scope="module")
-def warm_state():
-    """A short warm start: a policy that sometimes earns reward, so GRPO's advantages and updates are nonzero."""
-    state, stats = warm_start(WarmStartSpec(seed=0, target=0.1, max_steps=400))
-    assert stats["sampled_reward"] > 0.02
-    return state
+def warm_state(rewarding_warm_state):
+    return rewarding_warm_state
 
 
 def _spec(method="sat", **kw):
@@ -25,7 +27,7 @@ def _spec(method="sat", **kw):
                 prompts_per_step=4, group_size=4, eval_every=100, eval_size=8, lr=1e-3,
                 mismatch=Mismatch(engine="bf16", route_noise=0.3), warm=WarmStartSpec(seed=0))
     base.update(kw)
-    return RunSpec(**base)
+    return flat_spec(**base)
 
 
 def _mean(res, key):

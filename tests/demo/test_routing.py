@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from sat_ext.demo.model import Mismatch, RolloutEngine, policy_inputs, router_choices, routers, token_log_probs
+from sat_ext.demo.engines import EmulatedEngine, Mismatch
+from sat_ext.demo.model import policy_inputs, router_choices, routers, token_log_probs
 from sat_ext.demo.routing import capture_routing, replay_routing
 from sat_ext.demo.task import response_mask
-
 
 
 def _trainer_choices(policy, prompts, responses, routing=None):
@@ -19,7 +19,7 @@ def _trainer_choices(policy, prompts, responses, routing=None):
 
 def test_emulated_capture_is_the_trainers_routing_without_mismatch(setup):
     policy, task, prompts = setup
-    ro = RolloutEngine(policy, Mismatch(), seed=0).generate(prompts, task.response_len,
+    ro = EmulatedEngine(policy, Mismatch(), seed=0).generate(prompts, task.response_len,
                                                            torch.Generator().manual_seed(2), capture_routing=True)
     n, P, R = prompts.shape[0], prompts.shape[1], task.response_len
     assert ro.routing.shape == (len(routers(policy)), n, P + R - 1, policy.config.num_experts_per_tok)
@@ -30,7 +30,7 @@ def test_emulated_capture_is_the_trainers_routing_without_mismatch(setup):
 
 def test_replay_makes_the_trainer_choose_the_engines_experts(setup):
     policy, task, prompts = setup
-    eng = RolloutEngine(policy, Mismatch(route_noise=0.5), seed=0)
+    eng = EmulatedEngine(policy, Mismatch(route_noise=0.5), seed=0)
     ro = eng.generate(prompts, task.response_len, torch.Generator().manual_seed(2), capture_routing=True)
     own = _trainer_choices(policy, prompts, ro.responses)
     engine = ro.routing.sort(-1).values

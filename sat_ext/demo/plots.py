@@ -1,0 +1,232 @@
+"""The demo's plots (PNG, matplotlib): reward curves, final reward against lag, SAT's diagnostics, the consumed
+lags. Curves are means over seeds; every input is a list of :class:`~sat_ext.demo.spec.RunResult`."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from .methods import label, parse_method
+from .spec import RunResult
+from .stats import paired
+from .tables import finals_by_seed, group_runs
+
+BASE_COLORS = {"vanilla": "#1f77b4", "gspo": "#ff7f0e", "dppo_tv": "#2ca02c", "sat": "#d62728", "sat_gspo": "#9467bd"}
+
+
+def method_color(key: str) -> str:
+    return BASE_COLORS.get(parse_method(key).loss, "#7f7f7f")
+
+
+def _is_sat(key: str) -> bool:
+    return parse_method(key).is_sat
+
+
+def method_style(key: str) -> str:
+    """Solid for SAT, dashed for the fixed clips; dotted for a method with R3 or TIS."""
+    m = parse_method(key)
+    return ":" if (m.r3 or m.tis or m.toy) else "-" if m.is_sat else "--"
+
+
+def _smooth(y: np.ndarray, w: int) -> np.ndarray:
+    if w <= 1 or len(y) < w:
+        return y
+    kernel = np.ones(w) / w
+    pad = np.concatenate([np.full(w // 2, y[0]), y, np.full(w - 1 - w // 2, y[-1])])
+    return np.convolve(pad, kernel, mode="valid")
+
+
+def _series(runs: list[RunResult], key: str) -> tuple[np.ndarray, np.ndarray]:
+    steps = np.array([h["step"] for h in runs[0].history])
+    ys = np.array([[h.get(key, np.nan) for h in r.history] for r in runs], dtype=float)
+    return steps, np.nanmean(ys, axis=0)
+
+
+def plot_reward_curves(results: list[RunResult], losses: list[str], lags: list[int], out: Path,
+                       reward_name: str = "exact match") -> Path:
+    import matplotlib.pyplot as plt
+
+    groups = group_runs(results)
+    fig, axes = plt.subplots(1, len(lags), figsize=(4.2 * len(lags), 3.6), sharey=True, squeeze=False)
+    for ax, lag in zip(axes[0], lags):
+        start = None
+        for loss in losses:
+            runs = groups.get((loss, lag), [])
+            if not runs:
+                continue
+            steps = np.array([s for s, _ in runs[0].evals])
+            ys = np.array([[v for _, v in r.evals] for r in runs])
+            mean = ys.mean(0)
+            sat = _is_sat(loss)
+            ax.plot(steps, mean, color=method_color(loss), label=label(loss), lw=2.0 if sat else 1.4,
+                    ls=method_style(loss), marker="o" if sat else None, ms=2.5)
+            if len(runs) > 1:
+                ax.fill_between(steps, ys.min(0), ys.max(0), color=method_color(loss), alpha=0.12)
+            start = mean[0]
+        if start is not None:
+            ax.axhline(start, color="grey", ls=":", lw=1)
+        mode = results[0].spec.asynchrony.mode
+        ax.set_title(f"lag {lag} ({'sync every' if mode == 'interval' else 'max lag'} {lag})")
+        ax.set_xlabel("trainer step")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"eval reward ({reward_name})")
+    axes[0][-1].legend(loc="lower right", fontsize=8)
+    fig.suptitle("Reward of the trainer's policy by lag (mean over seeds, band = min..max; dotted = warm start)",
+                 fontsize=10)
+    fig.tight_layout()
+    path = out / "reward_curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_final_vs_lag(rows: list[dict], out: Path, results: list[RunResult] | None = None) -> Path:
+    import matplotlib.pyplot as plt
+
+    losses = list(dict.fromkeys(r["loss"] for r in rows))
+    lags = sorted({r["lag"] for r in rows})
+    with_change = bool(results) and len(lags) > 1
+    fig, axes = plt.subplots(1, 2 if with_change else 1, figsize=(11 if with_change else 5.6, 3.9), squeeze=False)
+    ax = axes[0][0]
+    offsets = np.linspace(-0.12, 0.12, max(len(losses), 1))
+    for off, loss in zip(offsets, losses):
+        rs = sorted((r for r in rows if r["loss"] == loss), key=lambda r: r["lag"])
+        x = np.array([lags.index(r["lag"]) for r in rs]) + off
+        ax.errorbar(x, [r["final_mean"] for r in rs], yerr=[r["final_std"] for r in rs], marker="o", capsize=3,
+                    color=method_color(loss), label=label(loss), ls=method_style(loss))
+    if rows:
+        ax.axhline(float(np.mean([r["start_reward"] for r in rows])), color="grey", ls=":", lw=1, label="warm start")
+    ax.set_xticks(range(len(lags)), [str(k) for k in lags])
+    ax.set_xlabel("lag")
+    ax.set_ylabel("final eval reward")
+    ax.set_title("Final reward (mean ± std over seeds)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if with_change:
+        ax = axes[0][1]
+        for off, loss in zip(offsets, losses):
+            xs, ms, ses = [], [], []
+            for k in lags:
+                d = paired(finals_by_seed(results, loss, k), finals_by_seed(results, loss, lags[0]))
+                if d is None:
+                    continue
+                xs.append(lags.index(k) + off)
+                ms.append(d.mean)
+                ses.append(d.se if math.isfinite(d.se) else 0.0)
+            ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, color=method_color(loss), label=label(loss),
+                        ls=method_style(loss))
+        ax.axhline(0.0, color="grey", lw=1)
+        ax.set_xticks(range(len(lags)), [str(k) for k in lags])
+        ax.set_xlabel("lag")
+        ax.set_ylabel(f"final(lag) - final(lag {lags[0]})")
+        ax.set_title(f"Change from lag {lags[0]}, paired by seed (mean ± s.e.)", fontsize=10)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = out / "final_vs_lag.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_sat_diagnostics(results: list[RunResult], lags: list[int], out: Path) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    groups = group_runs(results)
+    keys = list(dict.fromkeys(l for l, _ in groups))
+    sat_losses = [l for l in keys if _is_sat(l) and any(groups.get((l, k)) for k in lags)]
+    if not sat_losses:
+        return None
+    cmap = plt.get_cmap("viridis")
+    panels = [("actor/sat/gate_rate", "gate rate"),
+              ("radius_rel", "mean radius / nominal\n(solid upper, dashed lower)"),
+              ("actor/sat/newly_clipped_frac", "newly clipped by SAT"),
+              ("actor/sat/threshold_q", "gate threshold q")]
+    fig, axes = plt.subplots(len(sat_losses), len(panels), figsize=(4.0 * len(panels), 3.0 * len(sat_losses)),
+                             squeeze=False)
+    for row, loss in zip(axes, sat_losses):
+        for ax, (key, title) in zip(row, panels):
+            for i, lag in enumerate(lags):
+                runs = groups.get((loss, lag), [])
+                if not runs:
+                    continue
+                color = cmap(i / max(len(lags) - 1, 1))
+                if key == "radius_rel":
+                    s = runs[0].spec.setting
+                    steps, hi = _series(runs, "actor/sat/radius_high_mean")
+                    _, lo = _series(runs, "actor/sat/radius_low_mean")
+                    ax.plot(steps, _smooth(hi / s.eps_high, 9), color=color, lw=1.4, label=f"lag {lag}")
+                    ax.plot(steps, _smooth(lo / s.eps_low, 9), color=color, lw=1.0, ls="--")
+                else:
+                    steps, y = _series(runs, key)
+                    ax.plot(steps, _smooth(y, 9), color=color, lw=1.4, label=f"lag {lag}")
+            ax.set_title(f"{label(loss)}: {title}", fontsize=9)
+            ax.set_xlabel("trainer step", fontsize=8)
+            ax.grid(alpha=0.3)
+            if key == "actor/sat/threshold_q":
+                ax.set_yscale("log")
+                run0 = next((r for k in lags for r in groups.get((loss, k), [])), None)
+                if run0 is not None:
+                    eps = run0.spec.setting.eps_high
+                    ax.axhline(eps, color="k", ls="--", lw=1)
+                    ax.text(0.02, eps, f" nominal radius {eps:g}", transform=ax.get_yaxis_transform(),
+                            va="bottom", fontsize=7)
+        row[0].legend(fontsize=7)
+    fig.suptitle("SAT diagnostics (actor/sat/*, mean over seeds, 9-step moving average)", fontsize=10)
+    fig.tight_layout()
+    path = out / "sat_diagnostics.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_lag_histogram(results: list[RunResult], lags: list[int], out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    groups = defaultdict(list)
+    for r in results:
+        if r.error is None:
+            groups[r.spec.lag].append(r)
+    fig, axes = plt.subplots(2, len(lags), figsize=(3.6 * len(lags), 5.6), squeeze=False)
+    cmap = plt.get_cmap("viridis")
+    for j, lag in enumerate(lags):
+        runs = groups.get(lag, [])
+        counts: dict[int, int] = defaultdict(int)
+        for r in runs:
+            for k, v in r.lag_counts.items():
+                counts[k] += v
+        ax = axes[0][j]
+        if counts:
+            xs = np.arange(0, max(counts) + 1)
+            total = sum(counts.values())
+            ax.bar(xs, [counts.get(int(x), 0) / total for x in xs], color=cmap(j / max(len(lags) - 1, 1)))
+            top = max(counts)
+            ax.set_xticks(range(0, top + 1, max(1, int(math.ceil((top + 1) / 9)))))
+            ax.set_xlim(-0.7, top + 0.7)
+        dropped = sum(r.totals.get("dropped", 0.0) + r.totals.get("regenerated", 0.0) for r in runs)
+        ax.set_title(f"lag {lag}: consumed sample lags" + (f"\n({dropped:.0f} dropped/regenerated)" if dropped else ""),
+                     fontsize=9)
+        ax.set_xlabel("lag (trainer steps)", fontsize=8)
+        ax.set_ylabel("fraction of prompt groups", fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+        ax2 = axes[1][j]
+        if runs:
+            for key, ls in (("abs_log_ratio/mean", "-"), ("abs_log_ratio/p99", "--"), ("abs_log_ratio/max", ":")):
+                steps, y = _series(runs, key)
+                ax2.plot(steps, _smooth(y, 9), ls=ls, color="k", lw=1.1, label=key.split("/")[1])
+        ax2.set_yscale("log")
+        ax2.set_title(f"lag {lag}: staleness |log r| per step", fontsize=9)
+        ax2.set_xlabel("trainer step", fontsize=8)
+        ax2.grid(alpha=0.3)
+        if j == 0:
+            ax2.legend(fontsize=7)
+    fig.suptitle("Consumed lags (all runs) and the staleness they produce\n"
+                 "log r = trainer log-prob - rollout log-prob of the sampled tokens", fontsize=10)
+    fig.tight_layout()
+    path = out / "lag_histogram.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
