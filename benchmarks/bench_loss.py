@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,17 +174,7 @@ class Runner:
         lp = x["lp"].detach().clone().requires_grad_(True)
 
         def run():
-            if marker is not None:
-                with record_function(marker):
-                    loss, _ = self.fns[case](
-                        old_log_prob=x["old"],
-                        log_prob=lp,
-                        advantages=x["adv"],
-                        response_mask=x["mask"],
-                        loss_agg_mode=case.agg,
-                        config=self.cfgs[case],
-                    )
-            else:
+            with record_function(marker) if marker is not None else nullcontext():
                 loss, _ = self.fns[case](
                     old_log_prob=x["old"],
                     log_prob=lp,
