@@ -85,8 +85,13 @@ class CodeTask:
         return torch.tensor([self.reward(p, r) for p, r in zip(problems, responses)], dtype=torch.float32)
 
 
-def hidden_test_reward(response: list[int] | torch.Tensor, problem: FunctionProblem, vocab: CharVocab = CODE_VOCAB,
-                     limits: Limits = Limits(), xs: tuple[int, ...] = HIDDEN_XS) -> float:
+def hidden_test_reward(
+    response: list[int] | torch.Tensor,
+    problem: FunctionProblem,
+    vocab: CharVocab = CODE_VOCAB,
+    limits: Limits = Limits(),
+    xs: tuple[int, ...] = HIDDEN_XS,
+) -> float:
     """Run the program before the first ``<eos>`` on the hidden inputs; 1.0 iff every output equals f(x).
     No ``<eos>``, a special token in the program, a parse error or a broken limit gives 0.0."""
     ids = response.tolist() if isinstance(response, torch.Tensor) else list(response)

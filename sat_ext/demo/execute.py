@@ -40,6 +40,7 @@ class SweepRun:
 
 # --------------------------------------------------------------------------- worker side
 
+
 class _Progress:
     """Where a job reports its steps: a multiprocessing queue in a pool worker, a callback in-process."""
 
@@ -99,6 +100,7 @@ def _run_job(spec: RunSpec, warm_state):
 
 # --------------------------------------------------------------------------- driver side
 
+
 def default_cache_dir() -> Path:
     """$XDG_CACHE_HOME/sat_ext/demo or ~/.cache/sat_ext/demo."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -111,14 +113,17 @@ def float_environment() -> dict[str, str]:
     import torch
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "machine": platform.machine(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "machine": platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
 
 
 def warm_key(spec: WarmStartSpec) -> str:
     """The cache key of a warm start: its settings, :data:`WARM_FORMAT` and :func:`float_environment`."""
-    blob = json.dumps({"spec": dataclasses.asdict(spec), "format": WARM_FORMAT, **float_environment()},
-                      sort_keys=True)
+    blob = json.dumps({"spec": dataclasses.asdict(spec), "format": WARM_FORMAT, **float_environment()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -141,8 +146,9 @@ class _Runner:
 
             ctx = mp.get_context("spawn")
             self.queue = ctx.Queue()
-            self.pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                                            initargs=(self.queue, threads))
+            self.pool = ProcessPoolExecutor(
+                max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(self.queue, threads)
+            )
 
     def submit(self, tag: Any, fn: Callable, *args: Any) -> None:
         if self.pool is not None:
@@ -223,9 +229,12 @@ def execute(plan: Plan, jobs: int, threads: int, cache: Path | None, progress: b
                     warm[i] = res
                     st = res[1]
                     warm_bar.update(1)
-                    _say(f"  seed {i}: warm start {int(st['sft_steps'])} steps, sampled reward "
-                         f"{st['sampled_reward']:.3f}, greedy {st['greedy_reward']:.3f}"
-                         + (" (cached)" if st.get("cached") else f" ({st['wall_s']:.0f}s)"), progress)
+                    _say(
+                        f"  seed {i}: warm start {int(st['sft_steps'])} steps, sampled reward "
+                        f"{st['sampled_reward']:.3f}, greedy {st['greedy_reward']:.3f}"
+                        + (" (cached)" if st.get("cached") else f" ({st['wall_s']:.0f}s)"),
+                        progress,
+                    )
                     t_warm_done = time.perf_counter()
                     for j, sp in enumerate(specs):
                         if sp.warm.seed == i:
@@ -246,7 +255,14 @@ def execute(plan: Plan, jobs: int, threads: int, cache: Path | None, progress: b
         load = "%.1f/%.1f/%.1f" % os.getloadavg()
     except OSError:
         load = "n/a"
-    timing = {"total_s": wall, "warm_start_s": t_warm_done - t_start, "rl_s": wall, "jobs": jobs, "threads": threads,
-              "warm_cpu_s": sum(w.get("cpu_s", 0.0) for w in warm_stats if not w.get("cached")),
-              "rl_cpu_s": sum(r.totals.get("cpu_s", 0.0) for r in ok), "load_avg": load}
+    timing = {
+        "total_s": wall,
+        "warm_start_s": t_warm_done - t_start,
+        "rl_s": wall,
+        "jobs": jobs,
+        "threads": threads,
+        "warm_cpu_s": sum(w.get("cpu_s", 0.0) for w in warm_stats if not w.get("cached")),
+        "rl_cpu_s": sum(r.totals.get("cpu_s", 0.0) for r in ok),
+        "load_avg": load,
+    }
     return SweepRun(ok, [r for r in results if r.error is not None], warm_stats, timing)

@@ -117,7 +117,7 @@ class _Parser:
             start = self.pos
             while self._peek() in _DIGITS:
                 self.pos += 1
-            digits = self.text[start:self.pos]
+            digits = self.text[start : self.pos]
             if len(digits) > _MAX_DIGITS:
                 raise ExprError(f"number {digits!r} in {self.text!r} has more than {_MAX_DIGITS} digits")
             return self._node(Num(int(digits)))

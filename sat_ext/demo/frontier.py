@@ -26,9 +26,28 @@ from .spec import RunResult
 from .stats import COLLAPSE, TOL_FLOOR, WORDS, Diff, collapse_onset, mean_se, paired, stable_lag, verdict
 from .tables import collapsed, hmean
 
-FIELDS = ("loss", "label", "lag", "lr_mult", "lr", "seeds", "collapsed", "collapsed_frac", "reasons", "onset_median",
-          "start_mean", "final_mean", "gain_mean", "gain_se", "best_mean", "d_pi", "abs_log_ratio_mean",
-          "clipfrac", "sat_gate_rate", "wall_s")
+FIELDS = (
+    "loss",
+    "label",
+    "lag",
+    "lr_mult",
+    "lr",
+    "seeds",
+    "collapsed",
+    "collapsed_frac",
+    "reasons",
+    "onset_median",
+    "start_mean",
+    "final_mean",
+    "gain_mean",
+    "gain_se",
+    "best_mean",
+    "d_pi",
+    "abs_log_ratio_mean",
+    "clipfrac",
+    "sat_gate_rate",
+    "wall_s",
+)
 
 
 @dataclass
@@ -59,19 +78,30 @@ class Cell:
         onsets = [o for o in (collapse_onset(r.evals) for r in self.runs if collapsed(r)) if o is not None]
         sat = parse_method(self.loss).is_sat
         g = self.gain
-        return {"loss": self.loss, "label": label(self.loss), "lag": self.lag, "lr_mult": self.lr_mult,
-                "lr": self.runs[0].spec.recipe.lr, "seeds": len(self.runs), "collapsed": len(self.reasons),
-                "collapsed_frac": self.collapsed_frac, "reasons": ";".join(sorted(set(self.reasons))),
-                "onset_median": float(np.median(onsets)) if onsets else float("nan"),
-                "start_mean": float(np.mean([r.start for r in self.runs])),
-                "final_mean": float(np.mean([r.final for r in self.runs])), "gain_mean": g.mean, "gain_se": g.se,
-                "best_mean": float(np.mean([r.best for r in self.runs])),
-                "d_pi": float(np.mean([hmean(r, "mismatch/d_pi") for r in self.runs])),
-                "abs_log_ratio_mean": float(np.mean([hmean(r, "abs_log_ratio/mean") for r in self.runs])),
-                "clipfrac": float(np.mean([hmean(r, "actor/pg_clipfrac") for r in self.runs])),
-                "sat_gate_rate": float(np.mean([hmean(r, "actor/sat/gate_rate") for r in self.runs])) if sat
-                else float("nan"),
-                "wall_s": float(np.mean([r.wall_s for r in self.runs]))}
+        return {
+            "loss": self.loss,
+            "label": label(self.loss),
+            "lag": self.lag,
+            "lr_mult": self.lr_mult,
+            "lr": self.runs[0].spec.recipe.lr,
+            "seeds": len(self.runs),
+            "collapsed": len(self.reasons),
+            "collapsed_frac": self.collapsed_frac,
+            "reasons": ";".join(sorted(set(self.reasons))),
+            "onset_median": float(np.median(onsets)) if onsets else float("nan"),
+            "start_mean": float(np.mean([r.start for r in self.runs])),
+            "final_mean": float(np.mean([r.final for r in self.runs])),
+            "gain_mean": g.mean,
+            "gain_se": g.se,
+            "best_mean": float(np.mean([r.best for r in self.runs])),
+            "d_pi": float(np.mean([hmean(r, "mismatch/d_pi") for r in self.runs])),
+            "abs_log_ratio_mean": float(np.mean([hmean(r, "abs_log_ratio/mean") for r in self.runs])),
+            "clipfrac": float(np.mean([hmean(r, "actor/pg_clipfrac") for r in self.runs])),
+            "sat_gate_rate": float(np.mean([hmean(r, "actor/sat/gate_rate") for r in self.runs]))
+            if sat
+            else float("nan"),
+            "wall_s": float(np.mean([r.wall_s for r in self.runs])),
+        }
 
 
 class Grid:
@@ -111,11 +141,11 @@ def _stable_text(stable: int | None, lags: list[int]) -> str:
 
 def stable_table(grid: Grid) -> list[str]:
     """Markdown: per method and lr multiple, the largest lag with no collapsed seed (at it and every smaller lag)."""
-    lines = ["| method | " + " | ".join(f"lr x {m:g}" for m in grid.mults) + " |",
-             "|---|" + "---|" * len(grid.mults)]
+    lines = ["| method | " + " | ".join(f"lr x {m:g}" for m in grid.mults) + " |", "|---|" + "---|" * len(grid.mults)]
     for loss in grid.losses:
-        lines.append(f"| {label(loss)} | " + " | ".join(_stable_text(grid.stable(loss, m), grid.lags)
-                                                        for m in grid.mults) + " |")
+        lines.append(
+            f"| {label(loss)} | " + " | ".join(_stable_text(grid.stable(loss, m), grid.lags) for m in grid.mults) + " |"
+        )
     return lines
 
 
@@ -143,8 +173,9 @@ def sat_verdicts(grid: Grid, tol_floor: float = TOL_FLOOR) -> tuple[list[str], d
     the two cells' collapsed seeds; and the tally of verdicts."""
     lines, tally = [], {w: 0 for w in WORDS}
     for s, b in grid.sat_pairs():
-        lines += _grid_head(f"**{label(s)} - {label(b)}** (final reward paired by seed; collapsed seeds SAT / base)",
-                            grid.lags)
+        lines += _grid_head(
+            f"**{label(s)} - {label(b)}** (final reward paired by seed; collapsed seeds SAT / base)", grid.lags
+        )
         for m in grid.mults:
             cells = []
             for k in grid.lags:
@@ -176,23 +207,36 @@ def _moves(grid: Grid) -> list[str]:
 
 def summary_lines(grid: Grid, plan: Plan, reward_name: str) -> list[str]:
     spec = plan.specs[0]
-    lines = [f"Reward = {reward_name} of the trainer's own policy on {spec.evaluation.size} held-out problems, "
-             f"every {spec.evaluation.every} steps; final = mean of the last 3 evaluations. Collapsed (defined in "
-             f"docs/demo.md before this sweep ran): {COLLAPSE.describe()}. Stable lag = the largest lag with no "
-             f"collapsed seed at it or any smaller lag. Verdicts: SAT - its base, paired by seed, a WIN / LOSS only "
-             f"beyond max({TOL_FLOOR}, 2 standard errors).", "", "## Stable lag", ""]
+    lines = [
+        f"Reward = {reward_name} of the trainer's own policy on {spec.evaluation.size} held-out problems, "
+        f"every {spec.evaluation.every} steps; final = mean of the last 3 evaluations. Collapsed (defined in "
+        f"docs/demo.md before this sweep ran): {COLLAPSE.describe()}. Stable lag = the largest lag with no "
+        f"collapsed seed at it or any smaller lag. Verdicts: SAT - its base, paired by seed, a WIN / LOSS only "
+        f"beyond max({TOL_FLOOR}, 2 standard errors).",
+        "",
+        "## Stable lag",
+        "",
+    ]
     lines += stable_table(grid) + [""]
     top = grid.mults[-1]
     c = grid.get("vanilla", grid.lags[0], top)
     if c is not None:
-        lines.append(f"At the top pressure (lr x {top:g}) GRPO collapses at lag {grid.lags[0]} in {len(c.reasons)} "
-                     f"of {len(c.runs)} seeds" + (": the axis reaches where plain GRPO fails." if c.reasons else
-                                                  ": the axis does not reach where plain GRPO fails at lag 1."))
+        lines.append(
+            f"At the top pressure (lr x {top:g}) GRPO collapses at lag {grid.lags[0]} in {len(c.reasons)} "
+            f"of {len(c.runs)} seeds"
+            + (
+                ": the axis reaches where plain GRPO fails."
+                if c.reasons
+                else ": the axis does not reach where plain GRPO fails at lag 1."
+            )
+        )
         lines.append("")
     lines += ["## Does SAT move the frontier?", ""] + _moves(grid) + [""]
     verdict_lines, tally = sat_verdicts(grid)
-    lines.append(f"Paired verdicts, SAT - its base over every cell: {tally['above']} WIN, {tally['tie']} tie, "
-                 f"{tally['below']} LOSS.")
+    lines.append(
+        f"Paired verdicts, SAT - its base over every cell: {tally['above']} WIN, {tally['tie']} tie, "
+        f"{tally['below']} LOSS."
+    )
     lines += ["", "## Paired verdicts", ""] + verdict_lines + ["## Collapse grid", ""] + collapse_grid(grid)
     return lines
 
@@ -215,8 +259,15 @@ def plot_heatmaps(grid: Grid, out: Path) -> Path:
                 if c is None:
                     continue
                 frac[i, j] = c.collapsed_frac
-                ax.text(j, i, f"{c.gain.mean:+.2f}", ha="center", va="center", fontsize=8,
-                        color="white" if c.collapsed_frac > 0.5 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{c.gain.mean:+.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if c.collapsed_frac > 0.5 else "black",
+                )
         im = ax.imshow(frac, origin="lower", cmap="Reds", vmin=0, vmax=1, aspect="auto")
         ax.set_xticks(range(len(grid.lags)), [str(k) for k in grid.lags])
         ax.set_yticks(range(len(grid.mults)), [f"x{m:g}" for m in grid.mults])
@@ -240,8 +291,14 @@ def plot_curves(grid: Grid, out: Path, reward_name: str) -> Path:
 
     from .plots import method_color, method_style
 
-    fig, axes = plt.subplots(len(grid.mults), len(grid.lags), figsize=(2.8 * len(grid.lags), 2.2 * len(grid.mults)),
-                             sharex=True, sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(grid.mults),
+        len(grid.lags),
+        figsize=(2.8 * len(grid.lags), 2.2 * len(grid.mults)),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+    )
     for i, m in enumerate(reversed(grid.mults)):
         for j, k in enumerate(grid.lags):
             ax = axes[i][j]
@@ -250,8 +307,14 @@ def plot_curves(grid: Grid, out: Path, reward_name: str) -> Path:
                 if c is None:
                     continue
                 steps = [s for s, _ in c.runs[0].evals]
-                ax.plot(steps, np.mean([[v for _, v in r.evals] for r in c.runs], axis=0), color=method_color(loss),
-                        ls=method_style(loss), lw=1.2, label=label(loss))
+                ax.plot(
+                    steps,
+                    np.mean([[v for _, v in r.evals] for r in c.runs], axis=0),
+                    color=method_color(loss),
+                    ls=method_style(loss),
+                    lw=1.2,
+                    label=label(loss),
+                )
             ax.set_title(f"lr x {m:g}, lag {k}", fontsize=8)
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=6)
@@ -268,16 +331,20 @@ def write(out: Path, plan: Plan, results: list[RunResult], header: list[str], re
     """``frontier.csv``, ``frontier.md``, ``heatmaps.png``, ``frontier_curves.png`` and ``summary.md``; returns the
     file names."""
     grid = Grid(plan, results)
-    rows = [c.row() for c in (grid.get(loss, k, m) for loss in grid.losses for m in grid.mults for k in grid.lags)
-            if c is not None]
+    rows = [
+        c.row()
+        for c in (grid.get(loss, k, m) for loss in grid.losses for m in grid.mults for k in grid.lags)
+        if c is not None
+    ]
     with (out / "frontier.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for row in rows:
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
     body = summary_lines(grid, plan, reward_name) if rows else ["No run finished."]
-    (out / "frontier.md").write_text("\n".join(stable_table(grid) + [""] + collapse_grid(grid)
-                                               + sat_verdicts(grid)[0]) + "\n")
+    (out / "frontier.md").write_text(
+        "\n".join(stable_table(grid) + [""] + collapse_grid(grid) + sat_verdicts(grid)[0]) + "\n"
+    )
     (out / "summary.md").write_text("\n".join(header + body) + "\n")
     files = ["frontier.csv", "frontier.md", "summary.md"]
     if rows:

@@ -33,8 +33,9 @@ def _quantiles(x: torch.Tensor) -> dict[str, float]:
 
 
 def _masked_stats(x: torch.Tensor) -> dict[str, float]:
-    return {"mean": float(x.abs().mean()), "var": float(x.var(unbiased=False))} if x.numel() else \
-        {"mean": 0.0, "var": 0.0}
+    return (
+        {"mean": float(x.abs().mean()), "var": float(x.var(unbiased=False))} if x.numel() else {"mean": 0.0, "var": 0.0}
+    )
 
 
 class Learner:
@@ -69,8 +70,13 @@ class Learner:
         loss_sum, n_mb, grad_norms = 0.0, 0, []
         for start in range(0, responses.shape[0], per_mb):
             sl = slice(start, start + per_mb)
-            lp = token_log_probs(self.policy, prompts[sl], responses[sl], recipe.temperature,
-                                 routing[:, sl] if routing is not None else None)
+            lp = token_log_probs(
+                self.policy,
+                prompts[sl],
+                responses[sl],
+                recipe.temperature,
+                routing[:, sl] if routing is not None else None,
+            )
             m = mask[sl]
             d_all.append((lp.detach() - old_lp[sl])[m])
             dmu_all.append((lp.detach() - mu[sl])[m])
@@ -88,12 +94,15 @@ class Learner:
                 sums[k] = sums.get(k, 0.0) + float(v)
         d = torch.cat(d_all)
         d_stats = _masked_stats(d)
-        out = {"loss": loss_sum / n_mb, "train_reward": float(rewards.mean()),
-               "grad_norm": float(np.mean(grad_norms)) if grad_norms else float("nan"),
-               "response_len": float(mask.float().sum(-1).mean()),
-               "log_ratio/var": d_stats["var"],
-               "mismatch/d_pi": _masked_stats(torch.cat(dmu_all))["mean"],
-               "mismatch/engine": _masked_stats((ckpt - mu)[mask])["mean"]}
+        out = {
+            "loss": loss_sum / n_mb,
+            "train_reward": float(rewards.mean()),
+            "grad_norm": float(np.mean(grad_norms)) if grad_norms else float("nan"),
+            "response_len": float(mask.float().sum(-1).mean()),
+            "log_ratio/var": d_stats["var"],
+            "mismatch/d_pi": _masked_stats(torch.cat(dmu_all))["mean"],
+            "mismatch/engine": _masked_stats((ckpt - mu)[mask])["mean"],
+        }
         if weights is not None:
             w = weights[mask]
             out["tis/weight_mean"] = float(w.mean())

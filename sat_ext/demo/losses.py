@@ -40,8 +40,9 @@ TOY_DPPO_DELTA = 0.03
 TIS_CAP = 2.0
 
 
-def default_settings(gspo_eps: tuple[float, float] = (0.2, 0.2), dppo_toy_delta: float = TOY_DPPO_DELTA
-                     ) -> dict[str, LossSetting]:
+def default_settings(
+    gspo_eps: tuple[float, float] = (0.2, 0.2), dppo_toy_delta: float = TOY_DPPO_DELTA
+) -> dict[str, LossSetting]:
     """The paper's settings (Table 9, App. F) keyed by loss, plus ``dppo_tv+toy``.
 
     GRPO, GSPO and both SAT recipes: radii 0.2 / 0.2 (GSPO included), with verl's dual clip 3 (a no-op at
@@ -76,7 +77,7 @@ def verl_available() -> bool:
 
 
 def backend(use_verl: bool | None = None) -> str:
-    """"verl" (the real registry) or "core" (sat_ext.core, SAT losses only)."""
+    """ "verl" (the real registry) or "core" (sat_ext.core, SAT losses only)."""
     if use_verl is None:
         use_verl = verl_available()
     if use_verl and not verl_available():
@@ -129,10 +130,18 @@ def _verl_loss(name: str, setting: LossSetting, group_size: int) -> LossFn:
         mask = mask.bool()
         # What verl's ppo_loss sets on every micro-batch (one rank: dp_size 1, the whole mini-batch).
         config.global_batch_info.clear()
-        config.global_batch_info.update(dp_size=1, batch_num_tokens=int(mask.sum()),
-                                        global_batch_size=int(mask.shape[0]), loss_scale_factor=None)
-        loss, metrics = fn(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=mask,
-                           loss_agg_mode=config.loss_agg_mode, config=config, rollout_is_weights=weights)
+        config.global_batch_info.update(
+            dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=int(mask.shape[0]), loss_scale_factor=None
+        )
+        loss, metrics = fn(
+            old_log_prob=old_log_prob,
+            log_prob=log_prob,
+            advantages=advantages,
+            response_mask=mask,
+            loss_agg_mode=config.loss_agg_mode,
+            config=config,
+            rollout_is_weights=weights,
+        )
         return loss, {k: float(v) for k, v in metrics.items()}
 
     loss_fn.config = config  # type: ignore[attr-defined]
@@ -153,11 +162,18 @@ def _agg(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
 def _core_loss(name: str, setting: LossSetting) -> LossFn:
     from sat_ext.core import METRIC_KEYS, SATConfig, sat_gspo_loss, sat_token_loss
 
-    cfg = SATConfig(eps_low=setting.eps_low, eps_high=setting.eps_high,
-                    dual_clip=setting.clip_c if name == "sat" else None, **setting.sat_knobs)
+    cfg = SATConfig(
+        eps_low=setting.eps_low,
+        eps_high=setting.eps_high,
+        dual_clip=setting.clip_c if name == "sat" else None,
+        **setting.sat_knobs,
+    )
     core = sat_token_loss if name == "sat" else sat_gspo_loss
-    verl_names = {"pg_clipfrac": "actor/pg_clipfrac", "pg_clipfrac_lower": "actor/pg_clipfrac_lower",
-                  "ppo_kl": "actor/ppo_kl"}
+    verl_names = {
+        "pg_clipfrac": "actor/pg_clipfrac",
+        "pg_clipfrac_lower": "actor/pg_clipfrac_lower",
+        "ppo_kl": "actor/ppo_kl",
+    }
 
     def loss_fn(old_log_prob, log_prob, advantages, mask, weights=None):
         out = core(log_prob, old_log_prob, advantages, mask.bool(), cfg, rollout_is_weights=weights)
@@ -178,8 +194,9 @@ def grpo_advantages(rewards: torch.Tensor, mask: torch.Tensor, group_ids: np.nda
     if kind == "verl":
         from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-        adv, _ = compute_grpo_outcome_advantage(token_level_rewards=token_rewards, response_mask=mask.float(),
-                                                index=group_ids)
+        adv, _ = compute_grpo_outcome_advantage(
+            token_level_rewards=token_rewards, response_mask=mask.float(), index=group_ids
+        )
         return adv
     scores = token_rewards.sum(-1)
     out = torch.empty_like(scores)

@@ -45,13 +45,16 @@ class Method:
 
     @property
     def key(self) -> str:
-        return (self.loss + ("+toy" if self.toy else "") + ("+tis" if self.tis else "")
-                + ("+r3" if self.r3 else ""))
+        return self.loss + ("+toy" if self.toy else "") + ("+tis" if self.tis else "") + ("+r3" if self.r3 else "")
 
     @property
     def label(self) -> str:
-        return (BASE_LABELS.get(self.loss, self.loss) + (" (toy delta)" if self.toy else "")
-                + (" w/ TIS" if self.tis else "") + (" w/ R3" if self.r3 else ""))
+        return (
+            BASE_LABELS.get(self.loss, self.loss)
+            + (" (toy delta)" if self.toy else "")
+            + (" w/ TIS" if self.tis else "")
+            + (" w/ R3" if self.r3 else "")
+        )
 
     @property
     def is_sat(self) -> bool:
@@ -78,4 +81,3 @@ def parse_method(text: str) -> Method:
 
 def label(key: str) -> str:
     return parse_method(key).label
-

@@ -71,8 +71,13 @@ def policy_inputs(prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tenso
     return torch.cat([prompts, responses[:, :-1]], dim=1)
 
 
-def token_log_probs(model: torch.nn.Module, prompts: torch.Tensor, responses: torch.Tensor,
-                    temperature: float = 1.0, routing: torch.Tensor | None = None) -> torch.Tensor:
+def token_log_probs(
+    model: torch.nn.Module,
+    prompts: torch.Tensor,
+    responses: torch.Tensor,
+    temperature: float = 1.0,
+    routing: torch.Tensor | None = None,
+) -> torch.Tensor:
     """(n, R) float32 log-probs of ``responses`` after ``prompts`` under ``model`` (with grad if enabled);
     with ``routing`` (layers, n, P + R - 1, top_k) the forward replays those experts (R3)."""
     if routing is not None:
@@ -84,8 +89,14 @@ def token_log_probs(model: torch.nn.Module, prompts: torch.Tensor, responses: to
 
 
 @torch.no_grad()
-def sample(model: torch.nn.Module, prompts: torch.Tensor, response_len: int, generator: torch.Generator,
-           temperature: float = 1.0, greedy: bool = False) -> torch.Tensor:
+def sample(
+    model: torch.nn.Module,
+    prompts: torch.Tensor,
+    response_len: int,
+    generator: torch.Generator,
+    temperature: float = 1.0,
+    greedy: bool = False,
+) -> torch.Tensor:
     """(n, response_len) sampled tokens; positions after the first ``<eos>`` are ``<pad>`` (the ids of the model's
     config). Stops early once every row has ended (for evaluation; the engines sample for the rollout)."""
     eos, pad = model.config.eos_token_id, model.config.pad_token_id
@@ -97,9 +108,9 @@ def sample(model: torch.nn.Module, prompts: torch.Tensor, response_len: int, gen
         else:
             nxt = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator)
         seq = torch.cat([seq, nxt], dim=1)
-        if bool((seq[:, prompts.shape[1]:] == eos).any(-1).all()):
+        if bool((seq[:, prompts.shape[1] :] == eos).any(-1).all()):
             break
-    resp = seq[:, prompts.shape[1]:]
+    resp = seq[:, prompts.shape[1] :]
     if resp.shape[1] < response_len:
         tail = torch.full((resp.shape[0], response_len - resp.shape[1]), pad, dtype=resp.dtype)
         resp = torch.cat([resp, tail], dim=1)
@@ -134,5 +145,3 @@ def copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
     params = dict(src.named_parameters())
     for name, p in dst.named_parameters():
         p.copy_(params[name].detach())
-
-

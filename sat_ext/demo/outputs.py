@@ -1,8 +1,8 @@
 """The files of a finished sweep: tables, plots, the summary, per-run records and the manifest.
 
 :func:`write_outputs` writes a lag sweep's files (``results.csv``/``.md``, ``summary.md``, the PNGs,
-``runs.csv``, ``history.jsonl``, ``manifest.json``); a frontier (``--frontier``, or more than one learning-rate multiple) gets
-:mod:`sat_ext.demo.frontier`'s files instead of the lag sweep's tables and plots.
+``runs.csv``, ``history.jsonl``, ``manifest.json``); a frontier (``--frontier``, or more than one learning-rate
+multiple) gets :mod:`sat_ext.demo.frontier`'s files instead of the lag sweep's tables and plots.
 """
 
 from __future__ import annotations
@@ -38,8 +38,11 @@ def header_lines(plan: Plan, sweep: SweepRun) -> list[str]:
     t, v = sweep.timing, _versions()
     spec = plan.specs[0]
     r, a = spec.recipe, spec.asynchrony
-    lr = (f"lr {r.lr:g}" if len(plan.lr_mults) == 1 else
-          f"lr {plan.base_lr:g} x {', '.join(f'{m:g}' for m in plan.lr_mults)}")
+    lr = (
+        f"lr {r.lr:g}"
+        if len(plan.lr_mults) == 1
+        else f"lr {plan.base_lr:g} x {', '.join(f'{m:g}' for m in plan.lr_mults)}"
+    )
     lines = [
         "# sat-ext demo: summary",
         "",
@@ -53,13 +56,25 @@ def header_lines(plan: Plan, sweep: SweepRun) -> list[str]:
         f"{r.prompts_per_step} prompts x {r.group_size} samples, {r.mini_batches} updates/step, AdamW {lr}; "
         f"rollout engine: {spec.engine.kind} ({spec.engine.mismatch.describe()}); ratio denominator: "
         f"{r.denominator}; losses from "
-        + ("verl's registry (get_policy_loss_fn) with GRPO advantages from verl" if plan.backend == "verl"
-           else "sat_ext.core") + ".",
-        "Warm starts: " + "; ".join(
+        + (
+            "verl's registry (get_policy_loss_fn) with GRPO advantages from verl"
+            if plan.backend == "verl"
+            else "sat_ext.core"
+        )
+        + ".",
+        "Warm starts: "
+        + "; ".join(
             f"seed {i} {int(w['sft_steps'])} steps, sampled reward {w['sampled_reward']:.3f}"
-            + (" (cached)" if w.get("cached") else "") for i, w in enumerate(sweep.warm_stats)) + ".",
-        "Losses: " + "; ".join(f"{m.label} ({s.setting.describe()})" for m, s in
-                               ((m, next(s for s in plan.specs if s.method == m)) for m in plan.methods)) + ".",
+            + (" (cached)" if w.get("cached") else "")
+            for i, w in enumerate(sweep.warm_stats)
+        )
+        + ".",
+        "Losses: "
+        + "; ".join(
+            f"{m.label} ({s.setting.describe()})"
+            for m, s in ((m, next(s for s in plan.specs if s.method == m)) for m in plan.methods)
+        )
+        + ".",
     ]
     lines += [f"Note: {n}" for n in plan.notes]
     if sweep.failed:
@@ -70,8 +85,17 @@ def header_lines(plan: Plan, sweep: SweepRun) -> list[str]:
 
 def _run_record(r: RunResult, history: bool) -> dict[str, Any]:
     s = r.spec
-    rec = {"run": s.run_id, "loss": s.loss, "lag": s.lag, "lr": s.recipe.lr, "seed": s.seed, "evals": r.evals,
-           "lag_counts": {str(k): v for k, v in sorted(r.lag_counts.items())}, "totals": r.totals, "wall_s": r.wall_s}
+    rec = {
+        "run": s.run_id,
+        "loss": s.loss,
+        "lag": s.lag,
+        "lr": s.recipe.lr,
+        "seed": s.seed,
+        "evals": r.evals,
+        "lag_counts": {str(k): v for k, v in sorted(r.lag_counts.items())},
+        "totals": r.totals,
+        "wall_s": r.wall_s,
+    }
     if history:
         rec["history"] = r.history
     return rec
@@ -85,9 +109,11 @@ def write_runs(out: Path, results: list[RunResult], gzip_history: bool = False) 
     with (out / "runs.csv").open("w") as f:
         f.write("run,loss,lag,lr,seed,start,final,best,collapsed,wall_s,cpu_s\n")
         for r in results:
-            f.write(f"{r.spec.run_id},{r.spec.loss},{r.spec.lag},{r.spec.recipe.lr:g},{r.spec.seed},{r.start:.4f},"
-                    f"{r.final:.4f},{r.best:.4f},{collapsed(r) or ''},{r.wall_s:.1f},"
-                    f"{r.totals.get('cpu_s', float('nan')):.1f}\n")
+            f.write(
+                f"{r.spec.run_id},{r.spec.loss},{r.spec.lag},{r.spec.recipe.lr:g},{r.spec.seed},{r.start:.4f},"
+                f"{r.final:.4f},{r.best:.4f},{collapsed(r) or ''},{r.wall_s:.1f},"
+                f"{r.totals.get('cpu_s', float('nan')):.1f}\n"
+            )
     name = "history.jsonl.gz" if gzip_history else "history.jsonl"
     opener = (lambda p: gzip.open(p, "wt")) if gzip_history else (lambda p: p.open("w"))
     with opener(out / name) as f:
@@ -100,11 +126,22 @@ def write_manifest(out: Path, plan: Plan, sweep: SweepRun, args: dict[str, Any],
     """``manifest.json``: the options, the plan's axes, the engine, versions, the float environment, timing,
     the warm starts and one run's full settings."""
     manifest = {
-        "args": args, "task": plan.task, "backend": plan.backend, "engine": plan.engine.kind,
-        "losses": plan.losses, "lags": list(plan.lags), "lr_mults": list(plan.lr_mults), "seeds": plan.seeds,
-        "versions": _versions(), "float_environment": float_environment(), "timing": sweep.timing,
-        "warm_starts": sweep.warm_stats, "platform": platform.platform(), "cpu_count": os.cpu_count(),
-        "run_spec_example": dataclasses.asdict(plan.specs[0]), "files": sorted(files + ["manifest.json"]),
+        "args": args,
+        "task": plan.task,
+        "backend": plan.backend,
+        "engine": plan.engine.kind,
+        "losses": plan.losses,
+        "lags": list(plan.lags),
+        "lr_mults": list(plan.lr_mults),
+        "seeds": plan.seeds,
+        "versions": _versions(),
+        "float_environment": float_environment(),
+        "timing": sweep.timing,
+        "warm_starts": sweep.warm_stats,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "run_spec_example": dataclasses.asdict(plan.specs[0]),
+        "files": sorted(files + ["manifest.json"]),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
 
@@ -126,11 +163,15 @@ def write_outputs(out: Path, plan: Plan, sweep: SweepRun, args: dict[str, Any]) 
         files = ["results.csv", "results.md", "summary.md"]
         if results:
             lags = list(plan.lags)
-            pngs = [plots.plot_reward_curves(results, plan.losses, lags, out, task.reward_name),
-                    plots.plot_final_vs_lag(rows, out, results),
-                    plots.plot_sat_diagnostics(results, lags, out), plots.plot_lag_histogram(results, lags, out)]
+            pngs = [
+                plots.plot_reward_curves(results, plan.losses, lags, out, task.reward_name),
+                plots.plot_final_vs_lag(rows, out, results),
+                plots.plot_sat_diagnostics(results, lags, out),
+                plots.plot_lag_histogram(results, lags, out),
+            ]
             files += [p.name for p in pngs if p is not None]
-        (out / "summary.md").write_text(summary.summarize(rows, header, results, eval_size=eval_size,
-                                                          reward_name=task.reward_name))
+        (out / "summary.md").write_text(
+            summary.summarize(rows, header, results, eval_size=eval_size, reward_name=task.reward_name)
+        )
         files += write_runs(out, results)
     write_manifest(out, plan, sweep, args, files)

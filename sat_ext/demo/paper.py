@@ -42,22 +42,36 @@ def paper_lines(rows: list[dict], denominator: str) -> list[str]:
     if not keys or not {1, 8} & set(lags):
         return []
     var_l1, var_l8 = PAPER_LOGRATIO_VAR[denominator]
-    lines = ["Calibration against the paper (lag 1 and lag 8; the demo's d_pi = mean |log pi - log mu| over the "
-             "trailing 25% of each run, the paper's = Table 1's last-epoch mean; log-ratio variance = variance of "
-             f"the loss's log-ratio with the {denominator} denominator, Table 8 for GRPO):", "",
-             "| method | paper d_pi lag 1 | demo d_pi lag 1 | paper d_pi lag 8 | demo d_pi lag 8 | "
-             "paper AIME24 lag 1 / 8 | demo final reward lag 1 / 8 |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "Calibration against the paper (lag 1 and lag 8; the demo's d_pi = mean |log pi - log mu| over the "
+        "trailing 25% of each run, the paper's = Table 1's last-epoch mean; log-ratio variance = variance of "
+        f"the loss's log-ratio with the {denominator} denominator, Table 8 for GRPO):",
+        "",
+        "| method | paper d_pi lag 1 | demo d_pi lag 1 | paper d_pi lag 8 | demo d_pi lag 8 | "
+        "paper AIME24 lag 1 / 8 | demo final reward lag 1 / 8 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for k in keys:
         p = PAPER_TABLE1[k]
-        lines.append(f"| {label(k)} | {p[2]:.4f} | {_cell(by, k, 1, 'd_pi_tail', '.4f')} | {p[3]:.4f} | "
-                     f"{_cell(by, k, 8, 'd_pi_tail', '.4f')} | {p[0]:.2f} / {p[1]:.2f} | "
-                     f"{_cell(by, k, 1, 'final_mean', '.3f')} / {_cell(by, k, 8, 'final_mean', '.3f')} |")
+        lines.append(
+            f"| {label(k)} | {p[2]:.4f} | {_cell(by, k, 1, 'd_pi_tail', '.4f')} | {p[3]:.4f} | "
+            f"{_cell(by, k, 8, 'd_pi_tail', '.4f')} | {p[0]:.2f} / {p[1]:.2f} | "
+            f"{_cell(by, k, 1, 'final_mean', '.3f')} / {_cell(by, k, 8, 'final_mean', '.3f')} |"
+        )
     if "vanilla" in keys:
-        lines.append(f"| GRPO log-ratio variance (Table 8) | {var_l1:.1e} | {_cell(by, 'vanilla', 1, 'log_ratio_var', '.1e')}"
-                     f" | {var_l8:.1e} | {_cell(by, 'vanilla', 8, 'log_ratio_var', '.1e')} | | |")
-        lines.append(f"| GRPO engine mismatch at equal weights, mean abs(log pi^(l) - log mu) | — | "
-                     f"{_cell(by, 'vanilla', 1, 'engine_mismatch', '.4f')} | — | "
-                     f"{_cell(by, 'vanilla', 8, 'engine_mismatch', '.4f')} | | |")
-    lines += ["", "AIME24 (30B model, pass@1 %) and the demo's exact-match reward are different scales: compare "
-              "orderings, not values. The paper's cells are one seed each.", ""]
+        lines.append(
+            f"| GRPO log-ratio variance (Table 8) | {var_l1:.1e} | {_cell(by, 'vanilla', 1, 'log_ratio_var', '.1e')}"
+            f" | {var_l8:.1e} | {_cell(by, 'vanilla', 8, 'log_ratio_var', '.1e')} | | |"
+        )
+        lines.append(
+            f"| GRPO engine mismatch at equal weights, mean abs(log pi^(l) - log mu) | — | "
+            f"{_cell(by, 'vanilla', 1, 'engine_mismatch', '.4f')} | — | "
+            f"{_cell(by, 'vanilla', 8, 'engine_mismatch', '.4f')} | | |"
+        )
+    lines += [
+        "",
+        "AIME24 (30B model, pass@1 %) and the demo's exact-match reward are different scales: compare "
+        "orderings, not values. The paper's cells are one seed each.",
+        "",
+    ]
     return lines

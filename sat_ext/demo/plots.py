@@ -45,8 +45,9 @@ def _series(runs: list[RunResult], key: str) -> tuple[np.ndarray, np.ndarray]:
     return steps, np.nanmean(ys, axis=0)
 
 
-def plot_reward_curves(results: list[RunResult], losses: list[str], lags: list[int], out: Path,
-                       reward_name: str = "exact match") -> Path:
+def plot_reward_curves(
+    results: list[RunResult], losses: list[str], lags: list[int], out: Path, reward_name: str = "exact match"
+) -> Path:
     import matplotlib.pyplot as plt
 
     groups = group_runs(results)
@@ -61,8 +62,16 @@ def plot_reward_curves(results: list[RunResult], losses: list[str], lags: list[i
             ys = np.array([[v for _, v in r.evals] for r in runs])
             mean = ys.mean(0)
             sat = _is_sat(loss)
-            ax.plot(steps, mean, color=method_color(loss), label=label(loss), lw=2.0 if sat else 1.4,
-                    ls=method_style(loss), marker="o" if sat else None, ms=2.5)
+            ax.plot(
+                steps,
+                mean,
+                color=method_color(loss),
+                label=label(loss),
+                lw=2.0 if sat else 1.4,
+                ls=method_style(loss),
+                marker="o" if sat else None,
+                ms=2.5,
+            )
             if len(runs) > 1:
                 ax.fill_between(steps, ys.min(0), ys.max(0), color=method_color(loss), alpha=0.12)
             start = mean[0]
@@ -74,8 +83,9 @@ def plot_reward_curves(results: list[RunResult], losses: list[str], lags: list[i
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"eval reward ({reward_name})")
     axes[0][-1].legend(loc="lower right", fontsize=8)
-    fig.suptitle("Reward of the trainer's policy by lag (mean over seeds, band = min..max; dotted = warm start)",
-                 fontsize=10)
+    fig.suptitle(
+        "Reward of the trainer's policy by lag (mean over seeds, band = min..max; dotted = warm start)", fontsize=10
+    )
     fig.tight_layout()
     path = out / "reward_curves.png"
     fig.savefig(path, dpi=110)
@@ -95,8 +105,16 @@ def plot_final_vs_lag(rows: list[dict], out: Path, results: list[RunResult] | No
     for off, loss in zip(offsets, losses):
         rs = sorted((r for r in rows if r["loss"] == loss), key=lambda r: r["lag"])
         x = np.array([lags.index(r["lag"]) for r in rs]) + off
-        ax.errorbar(x, [r["final_mean"] for r in rs], yerr=[r["final_std"] for r in rs], marker="o", capsize=3,
-                    color=method_color(loss), label=label(loss), ls=method_style(loss))
+        ax.errorbar(
+            x,
+            [r["final_mean"] for r in rs],
+            yerr=[r["final_std"] for r in rs],
+            marker="o",
+            capsize=3,
+            color=method_color(loss),
+            label=label(loss),
+            ls=method_style(loss),
+        )
     if rows:
         ax.axhline(float(np.mean([r["start_reward"] for r in rows])), color="grey", ls=":", lw=1, label="warm start")
     ax.set_xticks(range(len(lags)), [str(k) for k in lags])
@@ -116,8 +134,16 @@ def plot_final_vs_lag(rows: list[dict], out: Path, results: list[RunResult] | No
                 xs.append(lags.index(k) + off)
                 ms.append(d.mean)
                 ses.append(d.se if math.isfinite(d.se) else 0.0)
-            ax.errorbar(xs, ms, yerr=ses, marker="o", capsize=3, color=method_color(loss), label=label(loss),
-                        ls=method_style(loss))
+            ax.errorbar(
+                xs,
+                ms,
+                yerr=ses,
+                marker="o",
+                capsize=3,
+                color=method_color(loss),
+                label=label(loss),
+                ls=method_style(loss),
+            )
         ax.axhline(0.0, color="grey", lw=1)
         ax.set_xticks(range(len(lags)), [str(k) for k in lags])
         ax.set_xlabel("lag")
@@ -135,17 +161,20 @@ def plot_sat_diagnostics(results: list[RunResult], lags: list[int], out: Path) -
     import matplotlib.pyplot as plt
 
     groups = group_runs(results)
-    keys = list(dict.fromkeys(l for l, _ in groups))
-    sat_losses = [l for l in keys if _is_sat(l) and any(groups.get((l, k)) for k in lags)]
+    keys = list(dict.fromkeys(loss for loss, _ in groups))
+    sat_losses = [loss for loss in keys if _is_sat(loss) and any(groups.get((loss, k)) for k in lags)]
     if not sat_losses:
         return None
     cmap = plt.get_cmap("viridis")
-    panels = [("actor/sat/gate_rate", "gate rate"),
-              ("radius_rel", "mean radius / nominal\n(solid upper, dashed lower)"),
-              ("actor/sat/newly_clipped_frac", "newly clipped by SAT"),
-              ("actor/sat/threshold_q", "gate threshold q")]
-    fig, axes = plt.subplots(len(sat_losses), len(panels), figsize=(4.0 * len(panels), 3.0 * len(sat_losses)),
-                             squeeze=False)
+    panels = [
+        ("actor/sat/gate_rate", "gate rate"),
+        ("radius_rel", "mean radius / nominal\n(solid upper, dashed lower)"),
+        ("actor/sat/newly_clipped_frac", "newly clipped by SAT"),
+        ("actor/sat/threshold_q", "gate threshold q"),
+    ]
+    fig, axes = plt.subplots(
+        len(sat_losses), len(panels), figsize=(4.0 * len(panels), 3.0 * len(sat_losses)), squeeze=False
+    )
     for row, loss in zip(axes, sat_losses):
         for ax, (key, title) in zip(row, panels):
             for i, lag in enumerate(lags):
@@ -171,8 +200,14 @@ def plot_sat_diagnostics(results: list[RunResult], lags: list[int], out: Path) -
                 if run0 is not None:
                     eps = run0.spec.setting.eps_high
                     ax.axhline(eps, color="k", ls="--", lw=1)
-                    ax.text(0.02, eps, f" nominal radius {eps:g}", transform=ax.get_yaxis_transform(),
-                            va="bottom", fontsize=7)
+                    ax.text(
+                        0.02,
+                        eps,
+                        f" nominal radius {eps:g}",
+                        transform=ax.get_yaxis_transform(),
+                        va="bottom",
+                        fontsize=7,
+                    )
         row[0].legend(fontsize=7)
     fig.suptitle("SAT diagnostics (actor/sat/*, mean over seeds, 9-step moving average)", fontsize=10)
     fig.tight_layout()
@@ -206,8 +241,10 @@ def plot_lag_histogram(results: list[RunResult], lags: list[int], out: Path) -> 
             ax.set_xticks(range(0, top + 1, max(1, int(math.ceil((top + 1) / 9)))))
             ax.set_xlim(-0.7, top + 0.7)
         dropped = sum(r.totals.get("dropped", 0.0) + r.totals.get("regenerated", 0.0) for r in runs)
-        ax.set_title(f"lag {lag}: consumed sample lags" + (f"\n({dropped:.0f} dropped/regenerated)" if dropped else ""),
-                     fontsize=9)
+        ax.set_title(
+            f"lag {lag}: consumed sample lags" + (f"\n({dropped:.0f} dropped/regenerated)" if dropped else ""),
+            fontsize=9,
+        )
         ax.set_xlabel("lag (trainer steps)", fontsize=8)
         ax.set_ylabel("fraction of prompt groups", fontsize=8)
         ax.grid(alpha=0.3, axis="y")
@@ -222,11 +259,13 @@ def plot_lag_histogram(results: list[RunResult], lags: list[int], out: Path) -> 
         ax2.grid(alpha=0.3)
         if j == 0:
             ax2.legend(fontsize=7)
-    fig.suptitle("Consumed lags (all runs) and the staleness they produce\n"
-                 "log r = trainer log-prob - rollout log-prob of the sampled tokens", fontsize=10)
+    fig.suptitle(
+        "Consumed lags (all runs) and the staleness they produce\n"
+        "log r = trainer log-prob - rollout log-prob of the sampled tokens",
+        fontsize=10,
+    )
     fig.tight_layout()
     path = out / "lag_histogram.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-

@@ -101,14 +101,17 @@ class Producer:
     def _generate(self, claims: list[Any]) -> list[Group]:
         spec, task = self.spec, self.task
         if not all(c.version == self.engine.version for c in claims):
-            raise RuntimeError(f"{spec.run_id}: the engine serves version {self.engine.version}, the controller "
-                               f"claimed {sorted({c.version for c in claims})}")
+            raise RuntimeError(
+                f"{spec.run_id}: the engine serves version {self.engine.version}, the controller "
+                f"claimed {sorted({c.version for c in claims})}"
+            )
         G = spec.recipe.group_size
         temperature = spec.recipe.temperature
         probs = [self.problem(c.sample_id) for c in claims]
         prompts = task.prompt_ids(probs).repeat_interleave(G, dim=0)
-        rollout = self.engine.generate(prompts, task.response_len, self.sample_gen, temperature,
-                                       capture_routing=spec.method.r3)
+        rollout = self.engine.generate(
+            prompts, task.response_len, self.sample_gen, temperature, capture_routing=spec.method.r3
+        )
         responses = rollout.responses
         with torch.no_grad():
             ckpt_lp = token_log_probs(self.checkpoint, prompts, responses, temperature, rollout.routing)
@@ -118,6 +121,17 @@ class Producer:
         for j, c in enumerate(claims):
             sl = slice(j * G, (j + 1) * G)
             routing = rollout.routing[:, sl] if rollout.routing is not None else None
-            groups.append(Group(c.sample_id, probs[j], prompts[sl], responses[sl], rollout.log_probs[sl], ckpt_lp[sl],
-                                mask[sl], rewards[sl], routing))
+            groups.append(
+                Group(
+                    c.sample_id,
+                    probs[j],
+                    prompts[sl],
+                    responses[sl],
+                    rollout.log_probs[sl],
+                    ckpt_lp[sl],
+                    mask[sl],
+                    rewards[sl],
+                    routing,
+                )
+            )
         return groups

@@ -34,6 +34,7 @@ def capture_routing(model: torch.nn.Module, n: int) -> Iterator[list[torch.Tenso
     def hook(i: int):
         def record(_module, _inputs, output) -> None:
             found[i] = output[2].detach().reshape(n, -1, output[2].shape[-1]).clone()
+
         return record
 
     handles = [r.register_forward_hook(hook(i)) for i, r in enumerate(routers(model))]
@@ -50,8 +51,9 @@ def _replayed_forward(self, hidden_states: torch.Tensor):
     router_logits = F.linear(hidden_states, self.weight)
     indices = self._sat_replay.to(router_logits.device)
     if indices.shape[0] != router_logits.shape[0]:
-        raise ValueError(f"R3: replayed routing covers {indices.shape[0]} tokens, the forward has "
-                         f"{router_logits.shape[0]}")
+        raise ValueError(
+            f"R3: replayed routing covers {indices.shape[0]} tokens, the forward has {router_logits.shape[0]}"
+        )
     probs = torch.softmax(router_logits, dtype=torch.float, dim=-1)
     top_value = probs.gather(-1, indices)
     if self.norm_topk_prob:

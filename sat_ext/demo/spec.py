@@ -75,8 +75,9 @@ class Recipe:
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         if self.prompts_per_step % self.mini_batches:
-            raise ValueError(f"prompts_per_step ({self.prompts_per_step}) must be divisible by mini_batches "
-                             f"({self.mini_batches})")
+            raise ValueError(
+                f"prompts_per_step ({self.prompts_per_step}) must be divisible by mini_batches ({self.mini_batches})"
+            )
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
         if self.denominator not in DENOMINATORS:
@@ -154,8 +155,10 @@ class RunSpec:
         if mode == "bounded" and self.lag < 0:
             raise ValueError(f"bounded mode needs lag (max_lag) >= 0, got {self.lag}")
         if self.method.tis and self.recipe.denominator == "rollout":
-            raise ValueError(f"method {self.method.key!r}: TIS weights pi^(l) / mu, the gap between the checkpoint "
-                             "denominator and the engine; with denominator 'rollout' that gap is already in the ratio")
+            raise ValueError(
+                f"method {self.method.key!r}: TIS weights pi^(l) / mu, the gap between the checkpoint "
+                "denominator and the engine; with denominator 'rollout' that gap is already in the ratio"
+            )
 
     @property
     def loss(self) -> str:

@@ -75,15 +75,18 @@ class CollapseRule:
             raise ValueError(f"collapse rule needs margin > 0 and window >= 1, got {self.margin!r} / {self.window!r}")
 
     def describe(self) -> str:
-        return (f"a non-finite loss at any step, or each of the last {self.window} evaluations more than "
-                f"{self.margin:g} below the warm start")
+        return (
+            f"a non-finite loss at any step, or each of the last {self.window} evaluations more than "
+            f"{self.margin:g} below the warm start"
+        )
 
 
 COLLAPSE = CollapseRule()
 
 
-def collapse_reason(evals: Sequence[tuple[int, float]], nonfinite_steps: float,
-                    rule: CollapseRule = COLLAPSE) -> str | None:
+def collapse_reason(
+    evals: Sequence[tuple[int, float]], nonfinite_steps: float, rule: CollapseRule = COLLAPSE
+) -> str | None:
     """Why a run counts as collapsed under ``rule`` (``"non-finite loss"`` / ``"reward collapse"``), or None.
 
     ``evals`` are (step, reward) with the warm start's evaluation first; a non-finite evaluation counts as
@@ -96,7 +99,7 @@ def collapse_reason(evals: Sequence[tuple[int, float]], nonfinite_steps: float,
     start = evals[0][1]
     if not math.isfinite(start):
         raise ValueError(f"the warm start's evaluation is not finite ({start!r})")
-    tail = [r for _, r in evals[-rule.window:]]
+    tail = [r for _, r in evals[-rule.window :]]
     if all(not math.isfinite(r) or r < start - rule.margin for r in tail):
         return "reward collapse"
     return None

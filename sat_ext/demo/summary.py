@@ -57,15 +57,19 @@ def _rise(sw: _Sweep) -> list[str]:
             continue
         gain = mean_se([r.final - r.start for r in runs])
         word, _ = verdict(gain, sw.tol_floor)
-        lines.append(f"- {label(loss)}: {gain.describe()}"
-                     + (" (rises)" if word == ABOVE else " (falls)" if word == BELOW else " (no clear change)"))
+        lines.append(
+            f"- {label(loss)}: {gain.describe()}"
+            + (" (rises)" if word == ABOVE else " (falls)" if word == BELOW else " (no clear change)")
+        )
     return lines
 
 
 def _breaks(sw: _Sweep) -> list[str]:
     lo = sw.lags[0]
-    lines = [f"Where each loss breaks as lag grows (final at lag k - final at lag {lo}, same seed; collapsed = "
-             f"{COLLAPSE.describe()}):"]
+    lines = [
+        f"Where each loss breaks as lag grows (final at lag k - final at lag {lo}, same seed; collapsed = "
+        f"{COLLAPSE.describe()}):"
+    ]
     for loss in sw.losses:
         if (loss, lo) not in sw.by:
             continue
@@ -77,9 +81,14 @@ def _breaks(sw: _Sweep) -> list[str]:
             parts.append(f"lag {k} {d.describe()}")
             if verdict(d, sw.tol_floor)[0] == BELOW and broke is None:
                 broke = k
-        text = (f"no lag tried is clearly worse than lag {lo}" if broke is None else f"first clearly worse at lag {broke}")
-        fell = [f"lag {k}: {sw.by[(loss, k)]['collapsed']} of {sw.by[(loss, k)]['seeds']}" for k in sw.lags
-                if (loss, k) in sw.by and sw.by[(loss, k)]["collapsed"]]
+        text = (
+            f"no lag tried is clearly worse than lag {lo}" if broke is None else f"first clearly worse at lag {broke}"
+        )
+        fell = [
+            f"lag {k}: {sw.by[(loss, k)]['collapsed']} of {sw.by[(loss, k)]['seeds']}"
+            for k in sw.lags
+            if (loss, k) in sw.by and sw.by[(loss, k)]["collapsed"]
+        ]
         text += "; collapsed seeds " + ", ".join(fell) if fell else "; no seed collapsed"
         lines.append(f"- {label(loss)}: " + (", ".join(parts) if parts else "(one lag only)") + f"; {text}.")
     return lines
@@ -107,8 +116,10 @@ def _sat_wins(sw: _Sweep) -> list[str]:
                 cells.append(f"{label(s)} vs {label(b)} ({tag}) {d.describe()} {WORDS[word]}")
         if cells:
             lines.append(f"- lag {k}: " + "; ".join(cells))
-    lines.append(f"Overall: SAT wins {tally['above']}, ties {tally['tie']}, loses {tally['below']} of "
-                 f"{sum(tally.values())} comparisons.")
+    lines.append(
+        f"Overall: SAT wins {tally['above']}, ties {tally['tie']}, loses {tally['below']} of "
+        f"{sum(tally.values())} comparisons."
+    )
     return lines
 
 
@@ -116,10 +127,12 @@ def _gate(sw: _Sweep) -> list[str]:
     sat_losses = [loss for loss in sw.losses if parse_method(loss).is_sat]
     if not sat_losses:
         return []
-    lines = ["Does SAT's gate engage? (per step averages) gate rate (share of tokens with |d| > q; at most "
-             "10%, ties make it lower), gate threshold q (the 90% quantile of |d|) against the nominal "
-             "radius, and the fraction of tokens SAT newly clipped (inside the nominal interval, outside "
-             "the contracted one):"]
+    lines = [
+        "Does SAT's gate engage? (per step averages) gate rate (share of tokens with |d| > q; at most "
+        "10%, ties make it lower), gate threshold q (the 90% quantile of |d|) against the nominal "
+        "radius, and the fraction of tokens SAT newly clipped (inside the nominal interval, outside "
+        "the contracted one):"
+    ]
     keys = ("actor/sat/threshold_q", "actor/sat/newly_clipped_frac", "actor/sat/gate_rate")
     for s in sat_losses:
         run0 = next((r for k in sw.lags for r in sw.groups.get((s, k), [])), None)
@@ -130,15 +143,19 @@ def _gate(sw: _Sweep) -> list[str]:
             if not runs:
                 continue
             g = {key.split("/")[-1]: float(np.mean([hmean(r, key) for r in runs])) for key in keys}
-            cells.append(f"lag {k}: gate {g['gate_rate']:.3f}, q {g['threshold_q']:.3f}, "
-                         f"newly clipped {g['newly_clipped_frac']:.4f}")
+            cells.append(
+                f"lag {k}: gate {g['gate_rate']:.3f}, q {g['threshold_q']:.3f}, "
+                f"newly clipped {g['newly_clipped_frac']:.4f}"
+            )
             if crossed is None and g["threshold_q"] > eps:
                 crossed = k
         note = f" q stays below the nominal radius {eps:g} at every lag: the gate can act."
         if crossed is not None:
-            note = (f" From lag {crossed} on q exceeds the nominal radius {eps:g}, so every gated token starts "
-                    f"the update already outside the nominal interval: the contraction then mostly lands where "
-                    f"the base loss clips anyway.")
+            note = (
+                f" From lag {crossed} on q exceeds the nominal radius {eps:g}, so every gated token starts "
+                f"the update already outside the nominal interval: the contraction then mostly lands where "
+                f"the base loss clips anyway."
+            )
         lines.append(f"- {label(s)}: " + "; ".join(cells) + "." + note)
     return lines
 
@@ -149,19 +166,29 @@ def _staleness(sw: _Sweep) -> list[str]:
     cells = []
     for k in sw.lags:
         rk = [r for r in sw.rows if r["lag"] == k]
-        cells.append(f"lag {k}: sample lag {np.mean([r['lag_steps_mean'] for r in rk]):.1f} mean / "
-                     f"{max(r['lag_steps_max'] for r in rk):.0f} max steps, |log r| mean "
-                     f"{np.mean([r['abs_log_ratio_mean'] for r in rk]):.3f}, p99 "
-                     f"{np.mean([r['abs_log_ratio_p99'] for r in rk]):.2f}")
+        cells.append(
+            f"lag {k}: sample lag {np.mean([r['lag_steps_mean'] for r in rk]):.1f} mean / "
+            f"{max(r['lag_steps_max'] for r in rk):.0f} max steps, |log r| mean "
+            f"{np.mean([r['abs_log_ratio_mean'] for r in rk]):.3f}, p99 "
+            f"{np.mean([r['abs_log_ratio_p99'] for r in rk]):.2f}"
+        )
     denominator = sw.results[0].spec.ratio_denominator if sw.results else "checkpoint"
-    what = ("the policy-update lag alone (checkpoint denominator: the engine's mismatch is out of the ratio)"
-            if denominator == "checkpoint" else "the policy-update lag plus the engine's mismatch (rollout "
-            "denominator)")
+    what = (
+        "the policy-update lag alone (checkpoint denominator: the engine's mismatch is out of the ratio)"
+        if denominator == "checkpoint"
+        else "the policy-update lag plus the engine's mismatch (rollout denominator)"
+    )
     return ["Staleness consumed (all methods; log r = the losses' log-ratio, " + what + "): " + "; ".join(cells) + "."]
 
 
-def summarize(rows: list[dict], header: list[str], results: list[RunResult] | None = None,
-              tol_floor: float = TOL_FLOOR, eval_size: int = 256, reward_name: str = "exact match") -> str:
+def summarize(
+    rows: list[dict],
+    header: list[str],
+    results: list[RunResult] | None = None,
+    tol_floor: float = TOL_FLOOR,
+    eval_size: int = 256,
+    reward_name: str = "exact match",
+) -> str:
     """An honest reading of the table, with comparisons paired by seed: a difference counts only above
     max(``tol_floor``, 2 standard errors of the paired difference), otherwise it is a tie."""
     lines = list(header)
@@ -172,10 +199,12 @@ def summarize(rows: list[dict], header: list[str], results: list[RunResult] | No
     start = float(np.mean([r["start_reward"] for r in rows]))
     if sw.results:
         lines += paper_lines(rows, sw.results[0].spec.recipe.denominator)
-    lines.append(f"Reward = {reward_name} of the trainer's own policy on {eval_size} held-out problems (sampled at "
-                 f"temperature 1); final = mean of the last 3 evaluations; warm start {start:.3f} (mean over "
-                 f"{seeds} seed(s)). Comparisons are paired by seed; a difference counts only above "
-                 f"max({tol_floor}, 2 standard errors of the paired difference), otherwise it is a tie.")
+    lines.append(
+        f"Reward = {reward_name} of the trainer's own policy on {eval_size} held-out problems (sampled at "
+        f"temperature 1); final = mean of the last 3 evaluations; warm start {start:.3f} (mean over "
+        f"{seeds} seed(s)). Comparisons are paired by seed; a difference counts only above "
+        f"max({tol_floor}, 2 standard errors of the paired difference), otherwise it is a tie."
+    )
     for section in (_rise, _breaks, _sat_wins, _gate, _staleness):
         part = section(sw)
         if part:

@@ -21,11 +21,35 @@ from .spec import RunResult
 from .stats import COLLAPSE, collapse_reason
 
 TABLE_FIELDS = (
-    "loss", "label", "mode", "lag", "seeds", "start_reward", "final_mean", "final_std", "best_mean", "best_std",
-    "gain_mean", "lag_steps_mean", "lag_steps_max", "abs_log_ratio_mean", "abs_log_ratio_p99", "log_ratio_var",
-    "d_pi", "d_pi_tail", "engine_mismatch", "clipfrac",
-    "sat_gate_rate", "sat_radius_low", "sat_radius_high", "sat_newly_clipped", "dropped", "regenerated",
-    "nonfinite_steps", "collapsed", "wall_s",
+    "loss",
+    "label",
+    "mode",
+    "lag",
+    "seeds",
+    "start_reward",
+    "final_mean",
+    "final_std",
+    "best_mean",
+    "best_std",
+    "gain_mean",
+    "lag_steps_mean",
+    "lag_steps_max",
+    "abs_log_ratio_mean",
+    "abs_log_ratio_p99",
+    "log_ratio_var",
+    "d_pi",
+    "d_pi_tail",
+    "engine_mismatch",
+    "clipfrac",
+    "sat_gate_rate",
+    "sat_radius_low",
+    "sat_radius_high",
+    "sat_newly_clipped",
+    "dropped",
+    "regenerated",
+    "nonfinite_steps",
+    "collapsed",
+    "wall_s",
 )
 
 
@@ -42,7 +66,7 @@ def hmean(r: RunResult, key: str) -> float:
 def tail_mean(r: RunResult, key: str, frac: float = 0.25) -> float:
     """Mean of ``key`` over the last ``frac`` of the run's steps (the paper's trailing-25% d_pi)."""
     vals = [h[key] for h in r.history if key in h and math.isfinite(h[key])]
-    tail = vals[-max(1, int(len(vals) * frac)):]
+    tail = vals[-max(1, int(len(vals) * frac)) :]
     return float(np.mean(tail)) if tail else float("nan")
 
 
@@ -80,30 +104,47 @@ def table_rows(results: list[RunResult], losses: list[str], lags: list[int]) -> 
             n_lag = sum(sum(r.lag_counts.values()) for r in runs)
             lag_mean = sum(k * v for r in runs for k, v in r.lag_counts.items()) / max(n_lag, 1)
             sat = parse_method(loss).is_sat
-            rows.append({
-                "loss": loss, "label": label(loss), "mode": runs[0].spec.asynchrony.mode, "lag": lag,
-                "seeds": len(runs), "start_reward": float(np.mean(starts)),
-                "final_mean": float(np.mean(finals)), "final_std": _std(finals),
-                "best_mean": float(np.mean(bests)), "best_std": _std(bests),
-                "gain_mean": float(np.mean(finals) - np.mean(starts)),
-                "lag_steps_mean": lag_mean, "lag_steps_max": float(lag_max),
-                "abs_log_ratio_mean": float(np.mean([hmean(r, "abs_log_ratio/mean") for r in runs])),
-                "abs_log_ratio_p99": float(np.mean([hmean(r, "abs_log_ratio/p99") for r in runs])),
-                "log_ratio_var": float(np.mean([hmean(r, "log_ratio/var") for r in runs])),
-                "d_pi": float(np.mean([hmean(r, "mismatch/d_pi") for r in runs])),
-                "d_pi_tail": float(np.mean([tail_mean(r, "mismatch/d_pi") for r in runs])),
-                "engine_mismatch": float(np.mean([hmean(r, "mismatch/engine") for r in runs])),
-                "clipfrac": float(np.mean([hmean(r, "actor/pg_clipfrac") for r in runs])),
-                "sat_gate_rate": float(np.mean([hmean(r, "actor/sat/gate_rate") for r in runs])) if sat else float("nan"),
-                "sat_radius_low": float(np.mean([hmean(r, "actor/sat/radius_low_mean") for r in runs])) if sat else float("nan"),
-                "sat_radius_high": float(np.mean([hmean(r, "actor/sat/radius_high_mean") for r in runs])) if sat else float("nan"),
-                "sat_newly_clipped": float(np.mean([hmean(r, "actor/sat/newly_clipped_frac") for r in runs])) if sat else float("nan"),
-                "dropped": float(np.mean([r.totals.get("dropped", 0.0) for r in runs])),
-                "regenerated": float(np.mean([r.totals.get("regenerated", 0.0) for r in runs])),
-                "nonfinite_steps": float(np.mean([r.totals.get("nonfinite_steps", 0.0) for r in runs])),
-                "collapsed": sum(collapsed(r) is not None for r in runs),
-                "wall_s": float(np.mean([r.wall_s for r in runs])),
-            })
+            rows.append(
+                {
+                    "loss": loss,
+                    "label": label(loss),
+                    "mode": runs[0].spec.asynchrony.mode,
+                    "lag": lag,
+                    "seeds": len(runs),
+                    "start_reward": float(np.mean(starts)),
+                    "final_mean": float(np.mean(finals)),
+                    "final_std": _std(finals),
+                    "best_mean": float(np.mean(bests)),
+                    "best_std": _std(bests),
+                    "gain_mean": float(np.mean(finals) - np.mean(starts)),
+                    "lag_steps_mean": lag_mean,
+                    "lag_steps_max": float(lag_max),
+                    "abs_log_ratio_mean": float(np.mean([hmean(r, "abs_log_ratio/mean") for r in runs])),
+                    "abs_log_ratio_p99": float(np.mean([hmean(r, "abs_log_ratio/p99") for r in runs])),
+                    "log_ratio_var": float(np.mean([hmean(r, "log_ratio/var") for r in runs])),
+                    "d_pi": float(np.mean([hmean(r, "mismatch/d_pi") for r in runs])),
+                    "d_pi_tail": float(np.mean([tail_mean(r, "mismatch/d_pi") for r in runs])),
+                    "engine_mismatch": float(np.mean([hmean(r, "mismatch/engine") for r in runs])),
+                    "clipfrac": float(np.mean([hmean(r, "actor/pg_clipfrac") for r in runs])),
+                    "sat_gate_rate": float(np.mean([hmean(r, "actor/sat/gate_rate") for r in runs]))
+                    if sat
+                    else float("nan"),
+                    "sat_radius_low": float(np.mean([hmean(r, "actor/sat/radius_low_mean") for r in runs]))
+                    if sat
+                    else float("nan"),
+                    "sat_radius_high": float(np.mean([hmean(r, "actor/sat/radius_high_mean") for r in runs]))
+                    if sat
+                    else float("nan"),
+                    "sat_newly_clipped": float(np.mean([hmean(r, "actor/sat/newly_clipped_frac") for r in runs]))
+                    if sat
+                    else float("nan"),
+                    "dropped": float(np.mean([r.totals.get("dropped", 0.0) for r in runs])),
+                    "regenerated": float(np.mean([r.totals.get("regenerated", 0.0) for r in runs])),
+                    "nonfinite_steps": float(np.mean([r.totals.get("nonfinite_steps", 0.0) for r in runs])),
+                    "collapsed": sum(collapsed(r) is not None for r in runs),
+                    "wall_s": float(np.mean([r.wall_s for r in runs])),
+                }
+            )
     return rows
 
 
@@ -126,9 +167,13 @@ def write_tables(rows: list[dict], out: Path) -> tuple[Path, Path]:
     seeds = max((r["seeds"] for r in rows), default=0)
     mode = rows[0]["mode"] if rows else "interval"
     lag_name = "interval k" if mode == "interval" else "max_lag L"
-    lines = [f"Final eval reward (mean of the last 3 evaluations), mean ± std over {seeds} seed(s); "
-             f"lag = {lag_name} ({mode} mode). Start (warm-start) reward: "
-             + ", ".join(sorted({fmt(r['start_reward']) for r in rows})) + ".", ""]
+    lines = [
+        f"Final eval reward (mean of the last 3 evaluations), mean ± std over {seeds} seed(s); "
+        f"lag = {lag_name} ({mode} mode). Start (warm-start) reward: "
+        + ", ".join(sorted({fmt(r["start_reward"]) for r in rows}))
+        + ".",
+        "",
+    ]
     lines.append("| loss | " + " | ".join(f"lag {k}" for k in lags) + " |")
     lines.append("|---|" + "---|" * len(lags))
     for loss in losses:
@@ -137,11 +182,17 @@ def write_tables(rows: list[dict], out: Path) -> tuple[Path, Path]:
             r = by.get((loss, k))
             cells.append("—" if r is None else f"{fmt(r['final_mean'])} ± {fmt(r['final_std'])}")
         lines.append(f"| {label(loss)} | " + " | ".join(cells) + " |")
-    lines += ["", "Per loss and lag: final and best reward (mean ± std over seeds), consumed lag in trainer steps "
-              "(mean / max), staleness |log r| (mean / p99 per step, averaged), clip fraction, SAT gate rate and "
-              "mean effective radii (lower / upper), dropped groups, collapsed seeds.", ""]
-    lines.append("| loss | lag | seeds | final | best | lag mean / max | abs log r mean / p99 | clipfrac | "
-                 "SAT gate | SAT radius lo / hi | dropped | collapsed |")
+    lines += [
+        "",
+        "Per loss and lag: final and best reward (mean ± std over seeds), consumed lag in trainer steps "
+        "(mean / max), staleness |log r| (mean / p99 per step, averaged), clip fraction, SAT gate rate and "
+        "mean effective radii (lower / upper), dropped groups, collapsed seeds.",
+        "",
+    ]
+    lines.append(
+        "| loss | lag | seeds | final | best | lag mean / max | abs log r mean / p99 | clipfrac | "
+        "SAT gate | SAT radius lo / hi | dropped | collapsed |"
+    )
     lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         sat = parse_method(r["loss"]).is_sat
@@ -149,7 +200,11 @@ def write_tables(rows: list[dict], out: Path) -> tuple[Path, Path]:
             f"| {r['label']} | {r['lag']} | {r['seeds']} | {fmt(r['final_mean'])} ± {fmt(r['final_std'])} | "
             f"{fmt(r['best_mean'])} ± {fmt(r['best_std'])} | {r['lag_steps_mean']:.1f} / {r['lag_steps_max']:.0f} | "
             f"{fmt(r['abs_log_ratio_mean'])} / {fmt(r['abs_log_ratio_p99'])} | {fmt(r['clipfrac'])} | "
-            + (f"{fmt(r['sat_gate_rate'])} | {r['sat_radius_low']:.3g} / {r['sat_radius_high']:.3g}" if sat else "— | —")
+            + (
+                f"{fmt(r['sat_gate_rate'])} | {r['sat_radius_low']:.3g} / {r['sat_radius_high']:.3g}"
+                if sat
+                else "— | —"
+            )
             + f" | {r['dropped']:.0f} | {r['collapsed']} |"
         )
     md_path.write_text("\n".join(lines) + "\n")

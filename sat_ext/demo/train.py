@@ -59,8 +59,9 @@ class _Evaluator:
         return evaluate(policy, self.task, self.prompts, self.problems, self.gen, self.temperature)
 
 
-def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
-        progress: Callable[[int], None] | None = None) -> RunResult:
+def run(
+    spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None, progress: Callable[[int], None] | None = None
+) -> RunResult:
     """Train one run; ``progress(1)`` is called after every trainer step."""
     from sat_ext.lag import LagController
 
@@ -105,8 +106,11 @@ def run(spec: RunSpec, warm_state: dict[str, torch.Tensor] | None = None,
             producer.sync(policy, ctrl.version + 1)
             ctrl.record_sync()
         lagm = ctrl.pop_metrics()
-        rec = {"step": float(ctrl.steps_done), **step_metrics,
-               **{k: v for k, v in lagm.items() if not k.startswith("lag/hist/")}}
+        rec = {
+            "step": float(ctrl.steps_done),
+            **step_metrics,
+            **{k: v for k, v in lagm.items() if not k.startswith("lag/hist/")},
+        }
         if ctrl.steps_done % spec.evaluation.every == 0 or ctrl.steps_done == spec.recipe.steps:
             r = evaluator(policy)
             evals.append((ctrl.steps_done, r))

@@ -34,8 +34,15 @@ def eval_problems(task: Task, n: int) -> tuple[torch.Tensor, list[Any]]:
 
 
 @torch.no_grad()
-def evaluate(policy: torch.nn.Module, task: Task, prompts: torch.Tensor, problems: list, generator: torch.Generator,
-             temperature: float = 1.0, greedy: bool = False) -> float:
+def evaluate(
+    policy: torch.nn.Module,
+    task: Task,
+    prompts: torch.Tensor,
+    problems: list,
+    generator: torch.Generator,
+    temperature: float = 1.0,
+    greedy: bool = False,
+) -> float:
     """Mean reward of the trainer's own policy (float32, no mismatch), sampled at ``temperature``."""
     responses = sample(policy, prompts, task.response_len, generator, temperature, greedy=greedy)
     return float(task.rewards(problems, responses).mean())

@@ -13,9 +13,21 @@ LAGS, MULTS, SEEDS = (1, 4, 16), (1.0, 4.0), (0, 1, 2)
 
 
 def _plan(**over) -> "frontier.Plan":
-    args = build_parser().parse_args(["--frontier", "--methods", "vanilla,sat", "--lags", ",".join(map(str, LAGS)),
-                                      "--lr-mults", ",".join(f"{m:g}" for m in MULTS), "--seeds", str(len(SEEDS)),
-                                      "--steps", "60"])
+    args = build_parser().parse_args(
+        [
+            "--frontier",
+            "--methods",
+            "vanilla,sat",
+            "--lags",
+            ",".join(map(str, LAGS)),
+            "--lr-mults",
+            ",".join(f"{m:g}" for m in MULTS),
+            "--seeds",
+            str(len(SEEDS)),
+            "--steps",
+            "60",
+        ]
+    )
     for k, v in over.items():
         setattr(args, k, v)
     return build_plan(args, "emulated")
@@ -96,8 +108,13 @@ def test_the_files(tmp_path, grid):
     rows = (tmp_path / "frontier.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * len(LAGS) * len(MULTS)
     summary = (tmp_path / "summary.md").read_text()
-    for part in ("## Stable lag", "## Does SAT move the frontier?", "## Paired verdicts", "## Collapse grid",
-                 "GRPO collapses at lag 1 in 0 of 3 seeds: the axis does not reach"):
+    for part in (
+        "## Stable lag",
+        "## Does SAT move the frontier?",
+        "## Paired verdicts",
+        "## Collapse grid",
+        "GRPO collapses at lag 1 in 0 of 3 seeds: the axis does not reach",
+    ):
         assert part in summary, part
 
 

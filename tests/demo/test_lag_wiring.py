@@ -17,9 +17,21 @@ def warm_state():
 
 
 def _spec(**kw):
-    base = dict(method=Method("sat"), lag=4, seed=0, setting=default_settings()["sat"], backend="core", steps=12,
-                prompts_per_step=2, group_size=2, mini_batches=1, eval_every=100, eval_size=8,
-                mismatch=Mismatch(engine="bf16"), warm=WarmStartSpec(seed=0))
+    base = dict(
+        method=Method("sat"),
+        lag=4,
+        seed=0,
+        setting=default_settings()["sat"],
+        backend="core",
+        steps=12,
+        prompts_per_step=2,
+        group_size=2,
+        mini_batches=1,
+        eval_every=100,
+        eval_size=8,
+        mismatch=Mismatch(engine="bf16"),
+        warm=WarmStartSpec(seed=0),
+    )
     base.update(kw)
     return flat_spec(**base)
 

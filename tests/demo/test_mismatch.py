@@ -45,8 +45,10 @@ def test_routing_mismatch_changes_router_choices(setup):
     policy, task, prompts = setup
     eng, resp, lp, trainer, m = _gen(policy, task, prompts, Mismatch(route_noise=0.3))
     ids = policy_inputs(prompts, resp)
-    flips = [(a.sort(-1).values != b.sort(-1).values).any(-1).float().mean().item()
-             for a, b in zip(router_choices(policy, ids), router_choices(eng.model, ids))]
+    flips = [
+        (a.sort(-1).values != b.sort(-1).values).any(-1).float().mean().item()
+        for a, b in zip(router_choices(policy, ids), router_choices(eng.model, ids))
+    ]
     assert all(0 < f < 1 for f in flips)
     d = (trainer - lp)[m].abs()
     assert d.max() > 1e-3

@@ -23,9 +23,21 @@ def warm_state(rewarding_warm_state):
 
 def _spec(method="sat", **kw):
     m = parse_method(method)
-    base = dict(method=m, lag=1, seed=0, setting=setting_for(default_settings(), m), backend="verl", steps=4,
-                prompts_per_step=4, group_size=4, eval_every=100, eval_size=8, lr=1e-3,
-                mismatch=Mismatch(engine="bf16", route_noise=0.3), warm=WarmStartSpec(seed=0))
+    base = dict(
+        method=m,
+        lag=1,
+        seed=0,
+        setting=setting_for(default_settings(), m),
+        backend="verl",
+        steps=4,
+        prompts_per_step=4,
+        group_size=4,
+        eval_every=100,
+        eval_size=8,
+        lr=1e-3,
+        mismatch=Mismatch(engine="bf16", route_noise=0.3),
+        warm=WarmStartSpec(seed=0),
+    )
     base.update(kw)
     return flat_spec(**base)
 
@@ -82,8 +94,13 @@ def test_methods_parse_label_and_refuse():
     assert m == Method("gspo", tis=True, r3=True) and m.key == "gspo+tis+r3" and m.label == "GSPO w/ TIS w/ R3"
     assert parse_method("sat_gspo+r3").base() == Method("gspo", r3=True)
     assert set(PAPER_TABLE1) <= {k for k in PAPER_TABLE1 if parse_method(k).key == k}
-    for bad, msg in [("dppo_tv+r3", "composes R3"), ("sat+tis", "composes TIS"), ("vanilla+toy", "dppo_tv only"),
-                     ("nope", "unknown loss"), ("sat+r3+r3", "suffixes")]:
+    for bad, msg in [
+        ("dppo_tv+r3", "composes R3"),
+        ("sat+tis", "composes TIS"),
+        ("vanilla+toy", "dppo_tv only"),
+        ("nope", "unknown loss"),
+        ("sat+r3+r3", "suffixes"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             parse_method(bad)
 

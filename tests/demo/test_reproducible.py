@@ -23,13 +23,28 @@ def warm_state(rewarding_warm_state):
     return rewarding_warm_state  # some reward, so the runs learn and could diverge
 
 
-@pytest.mark.parametrize("engine", ["emulated", pytest.param("vllm", marks=pytest.mark.skipif(
-    not vllm_available()[0], reason=vllm_available()[1]))])
+@pytest.mark.parametrize(
+    "engine",
+    ["emulated", pytest.param("vllm", marks=pytest.mark.skipif(not vllm_available()[0], reason=vllm_available()[1]))],
+)
 def test_two_runs_of_the_same_seed_are_identical(warm_state, engine):
     m = parse_method("sat_gspo")
-    spec = flat_spec(method=m, lag=2, seed=1, setting=setting_for(default_settings(), m), backend="verl", steps=6,
-                     prompts_per_step=8, group_size=4, eval_every=3, eval_size=32, lr=1e-3, engine=engine,
-                     mismatch=Mismatch("bf16", 0.1 if engine == "emulated" else 0.0), warm=WarmStartSpec(seed=0))
+    spec = flat_spec(
+        method=m,
+        lag=2,
+        seed=1,
+        setting=setting_for(default_settings(), m),
+        backend="verl",
+        steps=6,
+        prompts_per_step=8,
+        group_size=4,
+        eval_every=3,
+        eval_size=32,
+        lr=1e-3,
+        engine=engine,
+        mismatch=Mismatch("bf16", 0.1 if engine == "emulated" else 0.0),
+        warm=WarmStartSpec(seed=0),
+    )
     a, b = run(spec, warm_state), run(spec, warm_state)  # vllm: the second reuses the process's pooled engine
     assert any(h["grad_norm"] > 0 for h in a.history)
     assert a.evals == b.evals and a.lag_counts == b.lag_counts
@@ -60,9 +75,33 @@ def test_the_warm_start_cache_is_keyed_by_the_float_environment(monkeypatch):
     assert execute.warm_key(spec) != key  # a cache file made on another CPU is not reused
 
 
-TINY = ["--steps", "4", "--sft-max-steps", "400", "--sft-target", "0.1", "--eval-every", "2", "--eval-size", "32",
-        "--no-progress", "--prompts-per-step", "8", "--group-size", "4", "--engine", "emulated", "--seeds", "2",
-        "--methods", "vanilla,sat", "--lags", "1,3", "--lr", "1e-3"]
+TINY = [
+    "--steps",
+    "4",
+    "--sft-max-steps",
+    "400",
+    "--sft-target",
+    "0.1",
+    "--eval-every",
+    "2",
+    "--eval-size",
+    "32",
+    "--no-progress",
+    "--prompts-per-step",
+    "8",
+    "--group-size",
+    "4",
+    "--engine",
+    "emulated",
+    "--seeds",
+    "2",
+    "--methods",
+    "vanilla,sat",
+    "--lags",
+    "1,3",
+    "--lr",
+    "1e-3",
+]
 
 
 def _numbers(path):
@@ -77,8 +116,10 @@ def test_the_same_command_twice_gives_the_same_numbers_whatever_jobs_is(tmp_path
     cache.mkdir()
     for seed in (0, 1):
         spec = WarmStartSpec(seed=seed, target=0.1, max_steps=400)
-        torch.save({"state": warm_state, "stats": {"sft_steps": 0.0, "sampled_reward": 0.0, "greedy_reward": 0.0}},
-                   cache / f"warm-{execute.warm_key(spec)}.pt")
+        torch.save(
+            {"state": warm_state, "stats": {"sft_steps": 0.0, "sampled_reward": 0.0, "greedy_reward": 0.0}},
+            cache / f"warm-{execute.warm_key(spec)}.pt",
+        )
     common = [*TINY, "--cache-dir", str(cache)]
     assert cli.main([*common, "--jobs", "1", "--out", str(tmp_path / "a")]) == 0
     assert cli.main([*common, "--jobs", "2", "--out", str(tmp_path / "b")]) == 0

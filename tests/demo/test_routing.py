@@ -19,8 +19,9 @@ def _trainer_choices(policy, prompts, responses, routing=None):
 
 def test_emulated_capture_is_the_trainers_routing_without_mismatch(setup):
     policy, task, prompts = setup
-    ro = EmulatedEngine(policy, Mismatch(), seed=0).generate(prompts, task.response_len,
-                                                           torch.Generator().manual_seed(2), capture_routing=True)
+    ro = EmulatedEngine(policy, Mismatch(), seed=0).generate(
+        prompts, task.response_len, torch.Generator().manual_seed(2), capture_routing=True
+    )
     n, P, R = prompts.shape[0], prompts.shape[1], task.response_len
     assert ro.routing.shape == (len(routers(policy)), n, P + R - 1, policy.config.num_experts_per_tok)
     assert torch.equal(ro.routing.sort(-1).values, _trainer_choices(policy, prompts, ro.responses))

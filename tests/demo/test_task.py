@@ -70,8 +70,12 @@ def test_reward_exact_match_and_malformed_outputs():
 
 def test_response_mask_stops_after_first_eos():
     m = response_mask(torch.tensor([ids("65$_"), ids("1$2$"), ids("1234"), ids("$___")]))
-    assert m.tolist() == [[True, True, True, False], [True, True, False, False], [True] * 4,
-                          [True, False, False, False]]
+    assert m.tolist() == [
+        [True, True, True, False],
+        [True, True, False, False],
+        [True] * 4,
+        [True, False, False, False],
+    ]
 
 
 def test_vocab_roundtrip():

@@ -22,8 +22,17 @@ from .emulated import EmulatedEngine
 ENGINE_KINDS = ("vllm", "emulated")
 _POOL: dict[Any, Any] = {}
 
-__all__ = ["ENGINE_KINDS", "NUMERICS", "EmulatedEngine", "Mismatch", "Rollout", "RolloutEngine", "close_pool",
-           "engine_for", "resolve_engine"]
+__all__ = [
+    "ENGINE_KINDS",
+    "NUMERICS",
+    "EmulatedEngine",
+    "Mismatch",
+    "Rollout",
+    "RolloutEngine",
+    "close_pool",
+    "engine_for",
+    "resolve_engine",
+]
 
 
 def resolve_engine(kind: str) -> tuple[str, str]:

@@ -35,7 +35,9 @@ class Mismatch:
     def __post_init__(self) -> None:
         if self.engine not in NUMERICS:
             raise ValueError(f"engine must be one of {list(NUMERICS)}, got {self.engine!r}")
-        if not (isinstance(self.route_noise, (int, float)) and math.isfinite(self.route_noise) and self.route_noise >= 0):
+        if not (
+            isinstance(self.route_noise, (int, float)) and math.isfinite(self.route_noise) and self.route_noise >= 0
+        ):
             raise ValueError(f"route_noise must be a finite number >= 0, got {self.route_noise!r}")
         if self.rollout_top_k is not None and self.rollout_top_k < 1:
             raise ValueError(f"rollout_top_k must be >= 1 or None, got {self.rollout_top_k!r}")
@@ -67,8 +69,14 @@ class RolloutEngine(Protocol):
 
     version: int
 
-    def generate(self, prompts: torch.Tensor, response_len: int, generator: torch.Generator,
-                 temperature: float = 1.0, capture_routing: bool = False) -> Rollout: ...
+    def generate(
+        self,
+        prompts: torch.Tensor,
+        response_len: int,
+        generator: torch.Generator,
+        temperature: float = 1.0,
+        capture_routing: bool = False,
+    ) -> Rollout: ...
 
     def sync(self, policy: torch.nn.Module, version: int) -> None: ...
 

@@ -49,8 +49,14 @@ def _perturbed_router_forward(self, hidden_states: torch.Tensor):
 
 
 @torch.no_grad()
-def sample_and_score(model: torch.nn.Module, prompts: torch.Tensor, response_len: int, generator: torch.Generator,
-                     temperature: float = 1.0, capture_routing: bool = False) -> Rollout:
+def sample_and_score(
+    model: torch.nn.Module,
+    prompts: torch.Tensor,
+    response_len: int,
+    generator: torch.Generator,
+    temperature: float = 1.0,
+    capture_routing: bool = False,
+) -> Rollout:
     """Sample ``response_len`` tokens (``<pad>`` after ``<eos>``, the ids of the model's config) and return them
     with their log-probs.
 
@@ -75,9 +81,10 @@ def sample_and_score(model: torch.nn.Module, prompts: torch.Tensor, response_len
         done = done | (nxt == eos)
         seq = torch.cat([seq, nxt], dim=1)
     responses = seq[:, P:]
-    lp = torch.log_softmax(logits[:, P - 1:].float() / temperature, dim=-1)
-    return Rollout(responses, lp.gather(-1, responses.unsqueeze(-1)).squeeze(-1),
-                   torch.stack(routing) if capture_routing else None)
+    lp = torch.log_softmax(logits[:, P - 1 :].float() / temperature, dim=-1)
+    return Rollout(
+        responses, lp.gather(-1, responses.unsqueeze(-1)).squeeze(-1), torch.stack(routing) if capture_routing else None
+    )
 
 
 def _round_bf16(_module, _inputs, output):
@@ -123,8 +130,14 @@ class EmulatedEngine:
             p.copy_(p.to(torch.bfloat16).to(p.dtype))
 
     @torch.no_grad()
-    def generate(self, prompts: torch.Tensor, response_len: int, generator: torch.Generator,
-                 temperature: float = 1.0, capture_routing: bool = False) -> Rollout:
+    def generate(
+        self,
+        prompts: torch.Tensor,
+        response_len: int,
+        generator: torch.Generator,
+        temperature: float = 1.0,
+        capture_routing: bool = False,
+    ) -> Rollout:
         """Sample responses and score them with the engine (rollout log-probs float32; routing for R3)."""
         return sample_and_score(self.model, prompts, response_len, generator, temperature, capture_routing)
 

@@ -46,8 +46,10 @@ def vllm_available() -> tuple[bool, str]:
 def check_mismatch(mismatch: Mismatch) -> None:
     """The vLLM engine's mismatch is its own numerics and routing: it takes no emulated routing perturbation."""
     if mismatch.perturbs_routing:
-        raise ValueError("the vLLM engine takes no emulated routing mismatch (route_noise / rollout_top_k, got "
-                         f"{mismatch.route_noise!r} / {mismatch.rollout_top_k!r}): its mismatch is its own numerics")
+        raise ValueError(
+            "the vLLM engine takes no emulated routing mismatch (route_noise / rollout_top_k, got "
+            f"{mismatch.route_noise!r} / {mismatch.rollout_top_k!r}): its mismatch is its own numerics"
+        )
 
 
 def checkpoint_state(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -133,7 +135,9 @@ class SATWorkerExtension:
         for rid in self._sat_routes[0] if self._sat_routes else {}:
             n = max(self._sat_routes[0][rid]) + 1
             # vLLM's engine appends "-<random>" to the request id the caller sees.
-            out[rid.rsplit("-", 1)[0]] = torch.stack([torch.stack([layer[rid][p] for p in range(n)]) for layer in self._sat_routes])
+            out[rid.rsplit("-", 1)[0]] = torch.stack(
+                [torch.stack([layer[rid][p] for p in range(n)]) for layer in self._sat_routes]
+            )
         for layer in self._sat_routes:
             layer.clear()
         buf = io.BytesIO()
@@ -144,8 +148,14 @@ class SATWorkerExtension:
 class VLLMEngine:
     """The policy served by a real vLLM engine (the :class:`~sat_ext.demo.engines.base.RolloutEngine` interface)."""
 
-    def __init__(self, policy: torch.nn.Module, mismatch: Mismatch = Mismatch(), seed: int = 0,
-                 max_model_len: int = 32, kv_cache_gib: int = 1):
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        mismatch: Mismatch = Mismatch(),
+        seed: int = 0,
+        max_model_len: int = 32,
+        kv_cache_gib: int = 1,
+    ):
         check_mismatch(mismatch)
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its start-up log would bury the demo's progress
@@ -157,10 +167,18 @@ class VLLMEngine:
         self.eos, self.pad = int(policy.config.eos_token_id), int(policy.config.pad_token_id)
         self._dir = tempfile.mkdtemp(prefix="sat_ext_vllm_")
         policy.save_pretrained(self._dir, safe_serialization=True)
-        self.llm = LLM(model=self._dir, skip_tokenizer_init=True, dtype=self.dtype, enforce_eager=True,
-                       max_model_len=max_model_len, enable_prefix_caching=False, seed=seed,
-                       logprobs_mode="processed_logprobs", max_num_seqs=256,
-                       worker_extension_cls=f"{__name__}.SATWorkerExtension")
+        self.llm = LLM(
+            model=self._dir,
+            skip_tokenizer_init=True,
+            dtype=self.dtype,
+            enforce_eager=True,
+            max_model_len=max_model_len,
+            enable_prefix_caching=False,
+            seed=seed,
+            logprobs_mode="processed_logprobs",
+            max_num_seqs=256,
+            worker_extension_cls=f"{__name__}.SATWorkerExtension",
+        )
         self.version = 0
 
     def sync(self, policy: torch.nn.Module, version: int, prepack_moe: bool = True) -> None:
@@ -170,15 +188,32 @@ class VLLMEngine:
         self.llm.collective_rpc("sat_load_weights", args=(buf.getvalue(), prepack_moe))
         self.version = version
 
-    def generate(self, prompts: torch.Tensor, response_len: int, generator: torch.Generator,
-                 temperature: float = 1.0, capture_routing: bool = False) -> Rollout:
+    def generate(
+        self,
+        prompts: torch.Tensor,
+        response_len: int,
+        generator: torch.Generator,
+        temperature: float = 1.0,
+        capture_routing: bool = False,
+    ) -> Rollout:
         """Sample ``response_len`` tokens per prompt (``<pad>`` after ``<eos>``) with the engine's log-probs."""
         from vllm import SamplingParams
 
         n, P = prompts.shape
         seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
-        params = [SamplingParams(temperature=temperature, top_p=1.0, top_k=0, max_tokens=response_len, logprobs=0,
-                                 seed=s, stop_token_ids=[self.eos], detokenize=False) for s in seeds]
+        params = [
+            SamplingParams(
+                temperature=temperature,
+                top_p=1.0,
+                top_k=0,
+                max_tokens=response_len,
+                logprobs=0,
+                seed=s,
+                stop_token_ids=[self.eos],
+                detokenize=False,
+            )
+            for s in seeds
+        ]
         if capture_routing:
             self.llm.collective_rpc("sat_capture", args=(True,))
         try:
@@ -198,11 +233,11 @@ class VLLMEngine:
         for i, out in enumerate(outs):
             comp = out.outputs[0]
             toks = list(comp.token_ids)[:response_len]
-            responses[i, :len(toks)] = torch.tensor(toks, dtype=torch.long)
-            log_probs[i, :len(toks)] = torch.tensor([lp[t].logprob for t, lp in zip(toks, comp.logprobs)])
+            responses[i, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+            log_probs[i, : len(toks)] = torch.tensor([lp[t].logprob for t, lp in zip(toks, comp.logprobs)])
             if routing is not None:
                 r = routes[out.request_id]
-                routing[:, i, :r.shape[1]] = r[:, : P + response_len - 1]
+                routing[:, i, : r.shape[1]] = r[:, : P + response_len - 1]
         return Rollout(responses, log_probs, routing)
 
     def close(self) -> None:
@@ -216,4 +251,3 @@ class VLLMEngine:
             self.close()
         except Exception:
             pass
-
