@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from .config import GSPO_LOG_RATIO_MAX, LOG_RATIO_CLAMP, SATConfig
 from .diagnostics import METRIC_KEYS, metric_dict, metric_vector
-from .quantile import TOPK_MAX_NUMEL, global_masked_quantile, quantile_of_zeroed, weighted_quantile
+from .quantile import global_masked_quantile, quantile_of_zeroed, weighted_quantile
 from .scalars import scalar
 from .surrogate import SurrogateInput, attach, surrogate_part
 from .trust_region import Gate, TrustRegion, gate, sat_clip
@@ -223,6 +223,10 @@ def _clip_nominal(ratio: torch.Tensor, cfg: SATConfig) -> torch.Tensor:
 
 
 CHUNK = 1 << 15
+GSPO_TOKEN_QUANTILE_MAX = 1 << 14
+"""SAT-GSPO's broadcast gate takes the token quantile of the broadcast scores up to this many entries (fewer ops)
+and, above, the quantile of one score per response counted n_i times (a sort of B values instead of a selection
+over every token: less work; the same q)."""
 
 
 def _chunks(n: int, device: torch.device, row: int = 1) -> list[slice] | None:
@@ -383,7 +387,7 @@ def sat_gspo_loss(
             score = seq_ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
             abs_active = score.abs()  # 0 for a response without active tokens (a sum over none, over 1)
             if cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
-                if cfg.gate_scope == "micro" and act.numel() <= TOPK_MAX_NUMEL:  # fewer ops: the token quantile
+                if cfg.gate_scope == "micro" and act.numel() <= GSPO_TOKEN_QUANTILE_MAX:  # the token quantile
                     q = quantile_of_zeroed(
                         torch.mul(abs_active, act).view(-1), n_active, cfg.quantile, cfg.quantile_rule
                     )

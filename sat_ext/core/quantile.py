@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 
 RULES = ("inverse_cdf", "linear")
-TOPK_MAX_NUMEL = 1 << 14  # up to this many entries torch.topk is the faster selection (benchmarks/bench_quantile.py)
+TOPK_MAX_NUMEL = 1 << 15  # up to this many entries torch.topk is the faster selection (tools/ab_core.py)
 _HI_BINS = 1 << 15  # non-negative float32: the sign bit is 0, so the high 16 bits are < 2^15
 _LO_BINS = 1 << 16
 _INT64_MAX = (1 << 63) - 1

@@ -50,7 +50,7 @@ def test_parts_equal_one_part(monkeypatch, batch, cfg, chunk, kind, weighted):
     one, g_one = _run(k, form, batch, cfg, w)
     with monkeypatch.context() as m:  # parts, and the large-call quantiles (radix; SAT-GSPO's per response)
         m.setattr(losses, "CHUNK", chunk)
-        m.setattr(losses, "TOPK_MAX_NUMEL", 0)
+        m.setattr(losses, "GSPO_TOKEN_QUANTILE_MAX", 0)
         m.setattr(quantile, "TOPK_MAX_NUMEL", 0)
         parts, g_parts = _run(k, form, batch, cfg, w)
     assert torch.equal(one.loss_mat, parts.loss_mat) and torch.equal(g_one, g_parts)

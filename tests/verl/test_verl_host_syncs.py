@@ -6,7 +6,7 @@ A host-sync point is a value the host must read back from the device (``.item()`
 They are counted with the profiler and a TorchFunctionMode (``benchmarks/_common.host_syncs``, the counter the
 benchmark reports) on CPU tensors: the code path is the same on a GPU. verl's ``vanilla`` and ``gspo`` make 3
 (their three ``.item()`` metrics); SAT's fast path makes 1 (its metric vector's ``tolist``) at every size, the
-chunked per-token pass above 32K tokens and the radix quantile above 16K included.
+chunked per-token pass above 32K tokens and the radix quantile above 32K entries included.
 """
 
 from __future__ import annotations
