@@ -160,7 +160,9 @@ def _agg(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
 
 
 def _core_loss(name: str, setting: LossSetting) -> LossFn:
-    from sat_ext.core import METRIC_KEYS, SATConfig, sat_gspo_loss, sat_token_loss
+    from sat_ext.core import SATConfig, sat_gspo_loss, sat_token_loss
+    from sat_ext.metric_names import VERL_METRIC_NAMES
+    from sat_ext.microbatch import aggregate
 
     cfg = SATConfig(
         eps_low=setting.eps_low,
@@ -169,16 +171,12 @@ def _core_loss(name: str, setting: LossSetting) -> LossFn:
         **setting.sat_knobs,
     )
     core = sat_token_loss if name == "sat" else sat_gspo_loss
-    verl_names = {
-        "pg_clipfrac": "actor/pg_clipfrac",
-        "pg_clipfrac_lower": "actor/pg_clipfrac_lower",
-        "ppo_kl": "actor/ppo_kl",
-    }
 
     def loss_fn(old_log_prob, log_prob, advantages, mask, weights=None):
         out = core(log_prob, old_log_prob, advantages, mask.bool(), cfg, rollout_is_weights=weights)
-        metrics = {verl_names.get(k, f"actor/sat/{k}"): float(out.metrics[k]) for k in METRIC_KEYS}
-        return _agg(out.loss_mat, mask.bool(), setting.agg_mode), metrics
+        metrics = dict(zip(VERL_METRIC_NAMES, out.metric_vector.tolist()))
+        empty = bool(metrics["actor/sat/empty_microbatch"])
+        return aggregate(out.loss_mat, mask, empty, lambda: _agg(out.loss_mat, mask.bool(), setting.agg_mode)), metrics
 
     return loss_fn
 

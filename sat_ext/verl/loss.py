@@ -18,18 +18,14 @@ import torch
 import torch.distributed as dist
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 
-from sat_ext.core import METRIC_KEYS, SATLossOutput, sat_gspo_loss, sat_token_loss
+from sat_ext.core import SATLossOutput, sat_gspo_loss, sat_token_loss
+from sat_ext.metric_names import VERL_METRIC_NAMES
 from sat_ext.microbatch import aggregate
 from sat_ext.pinned import LOSS_NAMES
 
 from .config import sat_config_for
 
-_VERL_PG_KEYS = {
-    "pg_clipfrac": "actor/pg_clipfrac",
-    "pg_clipfrac_lower": "actor/pg_clipfrac_lower",
-    "ppo_kl": "actor/ppo_kl",
-}
-METRIC_NAMES = tuple(_VERL_PG_KEYS.get(k, f"actor/sat/{k}") for k in METRIC_KEYS)
+METRIC_NAMES = VERL_METRIC_NAMES
 
 
 def data_parallel_group() -> dist.ProcessGroup | None:

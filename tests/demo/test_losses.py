@@ -27,6 +27,22 @@ def test_core_backend_has_only_sat_losses():
         assert "actor/sat/gate_rate" in metrics and "actor/pg_clipfrac" in metrics
 
 
+def test_core_backend_empty_micro_batch_is_the_shared_rule():
+    """An all-padding micro-batch gives the core's zero loss with a zero gradient (sat_ext.microbatch), even where
+    the padding's loss is infinite (a huge advantage times e^20): a masked mean would give inf * 0 = NaN."""
+    old, new, adv, _ = _batch()
+    adv = torch.full_like(adv, 3e38)
+    with torch.no_grad():
+        new += 25.0  # log-ratio clamped at 20: the ratio e^20 times 3e38 overflows
+    mask = torch.zeros_like(old, dtype=torch.bool)
+    for name in SAT_LOSSES:
+        loss, metrics = make_loss(name, default_settings()[name], "core", 8)(old, new, adv, mask)
+        assert metrics["actor/sat/empty_microbatch"] == 1.0
+        assert loss.item() == 0.0
+        (grad,) = torch.autograd.grad(loss, new)
+        assert torch.equal(grad, torch.zeros_like(grad))
+
+
 def test_verl_backend_uses_the_real_registry_and_actor_config():
     pytest.importorskip("verl")
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
