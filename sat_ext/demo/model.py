@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .routing import replay_routing, routers
+from .routing import replay_routing
 from .task import VOCAB, CharVocab, response_mask
 
 
@@ -115,19 +115,6 @@ def sample(
         tail = torch.full((resp.shape[0], response_len - resp.shape[1]), pad, dtype=resp.dtype)
         resp = torch.cat([resp, tail], dim=1)
     return torch.where(response_mask(resp, eos), resp, torch.full_like(resp, pad))
-
-
-@torch.no_grad()
-def router_choices(model: torch.nn.Module, input_ids: torch.Tensor) -> list[torch.Tensor]:
-    """Per sparse layer, the (n * T, top_k) expert indices the model's routers pick for ``input_ids``."""
-    out: list[torch.Tensor] = []
-    hooks = [r.register_forward_hook(lambda _m, _i, o: out.append(o[2].clone())) for r in routers(model)]
-    try:
-        model(input_ids=input_ids, use_cache=False)
-    finally:
-        for h in hooks:
-            h.remove()
-    return out
 
 
 def frozen_copy(policy: torch.nn.Module, dtype: torch.dtype = torch.float32) -> torch.nn.Module:

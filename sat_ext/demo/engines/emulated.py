@@ -27,7 +27,7 @@ import types
 import torch
 import torch.nn.functional as F
 
-from ..model import copy_weights, frozen_copy, token_log_probs
+from ..model import copy_weights, frozen_copy
 from ..routing import capture_routing as capture
 from ..routing import routers
 from .base import Mismatch, Rollout
@@ -143,7 +143,3 @@ class EmulatedEngine:
 
     def close(self) -> None:
         """Nothing to release: the emulated engine lives in the trainer's process."""
-
-    @torch.no_grad()
-    def log_probs(self, prompts: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-        return token_log_probs(self.model, prompts, responses, temperature)
