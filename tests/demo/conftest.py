@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from sat_ext.demo.model import build_policy, routers
+from sat_ext.demo.model import build_policy
+from sat_ext.demo.routing import routers
 from sat_ext.demo.spec import Asynchrony, EngineSpec, Evaluation, Recipe, RunSpec
 from sat_ext.demo.task import AdditionTask
 

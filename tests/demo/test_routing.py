@@ -4,9 +4,11 @@ import pytest
 import torch
 
 from sat_ext.demo.engines import EmulatedEngine, Mismatch
-from sat_ext.demo.model import policy_inputs, router_choices, routers, token_log_probs
-from sat_ext.demo.routing import capture_routing, replay_routing
+from sat_ext.demo.model import policy_inputs, token_log_probs
+from sat_ext.demo.routing import capture_routing, replay_routing, routers
 from sat_ext.demo.task import response_mask
+
+from ._probes import router_choices
 
 
 def _trainer_choices(policy, prompts, responses, routing=None):
