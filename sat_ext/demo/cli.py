@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .plan import PRESETS, PlanError, describe_preset
@@ -239,6 +243,21 @@ def _args_record(args: argparse.Namespace) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()}
 
 
+@contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """Inside, SIGTERM (``kill``, a scheduler's stop) raises SystemExit, so that the sweep's ``finally`` and
+    atexit shut the vLLM engine processes down instead of leaving them running; the old handler comes back after
+    (in the main thread only: elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -263,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         f"sat-ext demo: {plan.describe()}; {jobs} worker(s) x {args.threads} thread(s); output {out}/", file=sys.stderr
     )
     cache = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    sweep = execute(plan, jobs, args.threads, cache, progress=not args.no_progress)
+    with sigterm_exits():
+        sweep = execute(plan, jobs, args.threads, cache, progress=not args.no_progress)
     for r in sweep.failed:
         print(f"sat-ext demo: run {r.spec.run_id} FAILED: {r.error}", file=sys.stderr)
     write_outputs(out, plan, sweep, _args_record(args))

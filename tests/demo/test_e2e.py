@@ -165,3 +165,24 @@ def test_frontier_on_the_code_task_end_to_end(tmp_path):
     summary = (out / "summary.md").read_text()
     assert "task code" in summary and "all hidden tests pass" in summary and "## Stable lag" in summary
     assert len(_rows(out / "runs.csv")) == 16
+
+
+def test_sigterm_during_a_sweep_runs_its_cleanup():
+    """A SIGTERM inside the sweep raises SystemExit (so execute's finally closes the vLLM engines) and the
+    previous handler is back afterwards."""
+    import os
+    import signal
+
+    from sat_ext.demo.cli import sigterm_exits
+
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = []
+    with pytest.raises(SystemExit) as exit_info:
+        with sigterm_exits():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before the next bytecode
+            finally:
+                cleaned.append(True)
+    assert exit_info.value.code == 128 + signal.SIGTERM
+    assert cleaned == [True]
+    assert signal.getsignal(signal.SIGTERM) is before
