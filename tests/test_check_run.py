@@ -31,7 +31,7 @@ from sat_ext.lag.config import DEFAULT_HIST_EDGES  # noqa: E402
 from sat_ext.lag.schedule import scheduled_lag, scheduled_version  # noqa: E402
 from sat_ext.runlog import Expectation, check_run, read_log  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "examples" / "verl_small_qwen3_1p7b" / "config"
 GROUPS, SAMPLES, TOKENS, MICRO = 2, 4, 24, 2  # per optimizer step: 2 prompts x 4 samples, 2 micro-batches
 
