@@ -143,12 +143,14 @@ class LagConfig:
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """What an engine will do, as an adapter reads it from the engine's own config.
+    """What an engine will do and can do, as an adapter reads it from the engine's own config.
 
     engine: a name for messages (e.g. "verl separate_async").
     partial_rollout: a sample in flight at a weight sync continues on the new weights (spans versions).
     oversampling: the engine may generate more samples than a step consumes and serve the rest later.
     reports_sample_versions: each sample carries the oldest version that generated it.
+    can_regenerate: the engine can generate a group over the bound again, with current weights
+        (``lag.over_bound=regenerate``).
     prefetch_steps: trainer steps the engine generates ahead of the trainer.
     sync_every: trainer steps between weight broadcasts.
     keys: the engine's own spelling of the settings above, used in messages (e.g.
@@ -159,6 +161,7 @@ class EngineSettings:
     partial_rollout: bool
     oversampling: bool
     reports_sample_versions: bool
+    can_regenerate: bool
     prefetch_steps: int
     sync_every: int
     keys: Mapping[str, str] = field(default_factory=dict)
@@ -169,32 +172,55 @@ class EngineSettings:
 
 
 def check_compatible(cfg: LagConfig, engine: EngineSettings) -> None:
-    """Raise :class:`LagConfigError` if ``engine`` would break what ``cfg`` promises; return None if not."""
-    if cfg.mode == "off":
-        return
+    """Raise :class:`LagConfigError` if ``engine`` would break what ``cfg`` promises (docs/lag.md, "Modes and
+    settings"); return None if not. The one home of the rules that hold for every engine."""
     if cfg.mode == "bounded":
-        if engine.sync_every != 1:
-            raise LagConfigError(
-                engine.key("sync_every"),
-                engine.sync_every,
-                "must be 1 with lag.mode=bounded (lag is counted in weight syncs, one after every trainer step)",
-            )
-        if engine.prefetch_steps > cfg.max_lag:
-            raise LagConfigError(
-                engine.key("prefetch_steps"),
-                engine.prefetch_steps,
-                f"makes every sample's lag at least that large, over lag.max_lag={cfg.max_lag}; "
-                f"set it to at most {cfg.max_lag}",
-            )
-        if not engine.reports_sample_versions and (engine.partial_rollout or engine.oversampling):
-            what = "partial_rollout" if engine.partial_rollout else "oversampling"
-            raise LagConfigError(
-                engine.key(what),
-                True,
-                f"cannot be bounded by lag.mode=bounded on {engine.engine}: its samples carry no per-sample version",
-            )
-        return
-    # interval mode
+        _check_bounded(cfg, engine)
+    elif cfg.mode == "interval":
+        _check_interval(cfg, engine)
+
+
+def _check_bounded(cfg: LagConfig, engine: EngineSettings) -> None:
+    """Bounded mode: no consumed sample may have lag > max_lag, and nothing over it may be trained on."""
+    if cfg.over_bound == "regenerate" and not engine.can_regenerate:
+        raise LagConfigError(
+            "lag.over_bound",
+            cfg.over_bound,
+            f"is not available on {engine.engine}: it cannot generate a group over the bound again with current "
+            "weights; use lag.over_bound=wait (nothing dropped) or drop",
+        )
+    if engine.sync_every != 1:
+        raise LagConfigError(
+            engine.key("sync_every"),
+            engine.sync_every,
+            "must be 1 with lag.mode=bounded (lag is counted in weight syncs, one after every trainer step)",
+        )
+    if engine.prefetch_steps > cfg.max_lag:
+        raise LagConfigError(
+            engine.key("prefetch_steps"),
+            engine.prefetch_steps,
+            f"lets a batch be generated up to {engine.prefetch_steps} weight syncs before it is trained, over "
+            f"lag.max_lag={cfg.max_lag}; set it to at most {cfg.max_lag}",
+        )
+    if not engine.reports_sample_versions and (engine.partial_rollout or engine.oversampling):
+        what = "partial_rollout" if engine.partial_rollout else "oversampling"
+        raise LagConfigError(
+            engine.key(what),
+            True,
+            f"cannot be bounded by lag.mode=bounded on {engine.engine}: its samples carry no per-sample version",
+        )
+    if engine.oversampling and cfg.over_bound == "wait":
+        raise LagConfigError(
+            engine.key("oversampling"),
+            True,
+            "breaks lag.mode=bounded with lag.over_bound=wait: the extra samples are trained at later steps without "
+            "regeneration, outside the rollout's bound; turn oversampling off, or use lag.over_bound=drop / "
+            "regenerate (leftovers over the bound are then dropped or generated again at consumption)",
+        )
+
+
+def _check_interval(cfg: LagConfig, engine: EngineSettings) -> None:
+    """Interval mode: every batch's lag follows the fixed schedule of ``interval`` and ``prefetch``."""
     if engine.sync_every != cfg.interval:
         raise LagConfigError(
             engine.key("sync_every"),
@@ -211,12 +237,13 @@ def check_compatible(cfg: LagConfig, engine: EngineSettings) -> None:
         raise LagConfigError(
             engine.key("partial_rollout"),
             True,
-            "breaks lag.mode=interval with lag.prefetch > 0: a sample in flight at a sync would span versions "
-            "and leave the schedule",
+            f"breaks lag.mode=interval with lag.prefetch={cfg.prefetch}: a sample in flight at a sync would span "
+            "versions and leave the schedule; turn partial rollout off or use lag.prefetch=0",
         )
     if engine.oversampling:
         raise LagConfigError(
             engine.key("oversampling"),
             True,
-            "breaks lag.mode=interval: leftover samples served at a later step leave the schedule",
+            "breaks lag.mode=interval: leftover samples served at a later step leave the schedule; turn "
+            "oversampling off",
         )

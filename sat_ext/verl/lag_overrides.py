@@ -40,6 +40,7 @@ TRAINER_MODE = "sat_separate_async"
 BASE_MODE = "separate_async"
 DENOMINATORS = ("checkpoint", "rollout")
 FILTER_KEY = "filter_groups_metric"  # the sampler kwarg that carries DAPO's algorithm.filter_groups.metric
+PREPARED_KEY = "sat_ext_prepared"  # the sampler kwarg that marks a config built by sat_ext.verl.prepared
 _SAMPLER_KEYS = {
     "bounded": ("mode", "max_lag", "over_bound", "hist_edges"),
     "interval": ("mode", "interval", "prefetch", "hist_edges"),
@@ -72,14 +73,7 @@ def warmup_batches(cfg: LagConfig) -> Fraction:
 
 def check_verl_lag(cfg: LagConfig, trainer_mode: str, trainer_config: Mapping[str, Any]) -> EngineSettings:
     """Raise :class:`LagConfigError` if verl's ``trainer_mode`` with its ``trainer.v1.separate_async`` block
-    cannot deliver ``cfg``; return what verl will do. Used at launch and by the sampler in the Ray worker."""
-    if cfg.over_bound == "regenerate":
-        raise LagConfigError(
-            "lag.over_bound",
-            cfg.over_bound,
-            "is not available on verl: its sampler can only replace an evicted group with a fresh prompt from the "
-            "dataloader; use lag.over_bound=wait (nothing dropped) or drop",
-        )
+    cannot deliver ``cfg`` (:func:`sat_ext.lag.config.check_compatible`); return what verl will do."""
     engine = verl_engine_settings(trainer_mode, trainer_config)
     check_compatible(cfg, engine)
     return engine
@@ -186,6 +180,8 @@ def verl_engine_settings(trainer_mode: str, trainer_config: Mapping[str, Any]) -
         oversampling=False,
         # trajectories carry min_global_steps / max_global_steps
         reports_sample_versions=True,
+        # its sampler can only replace an evicted group with a fresh prompt from the dataloader
+        can_regenerate=False,
         prefetch_steps=int(prefetch),
         sync_every=sync_every,
         keys={
@@ -247,9 +243,10 @@ def _check_importance_weights(config: Any) -> None:
 
 def lag_from_sampler_kwargs(block: Mapping[str, Any] | None) -> tuple[LagConfig, str | None]:
     """The LagConfig in ``trainer.v1.sampler.sampler_kwargs`` (a plain mapping or an OmegaConf node), and the
-    forwarded ``filter_groups`` metric, if any."""
+    forwarded ``filter_groups`` metric, if any (the launcher's marker, :data:`PREPARED_KEY`, is not a setting)."""
     container = OmegaConf.to_container(block) if isinstance(block, DictConfig) else dict(block or {})
     metric = container.pop(FILTER_KEY, None)
+    container.pop(PREPARED_KEY, None)
     container = {key: list(value) if key == "hist_edges" else value for key, value in container.items()}
     return LagConfig.from_dict(container), metric
 

@@ -2,7 +2,9 @@
 
 Selected by :func:`sat_ext.verl.lag_overrides.verl_overrides`; its settings arrive as
 ``trainer.v1.sampler.sampler_kwargs`` (the fields of :class:`~sat_ext.lag.config.LagConfig`, plus
-``filter_groups_metric``, which :mod:`sat_ext.verl.main_ppo` forwards from ``algorithm.filter_groups``).
+``filter_groups_metric``, which the launcher forwards from ``algorithm.filter_groups``). They were checked once,
+in the driver, by :func:`sat_ext.verl.prepared.prepare_verl_config`, and are read here as data; a config that
+the launcher did not prepare is refused (:func:`sat_ext.verl.prepared.prepared_lag`).
 
 At verl global step t the trainer trains on weights version t - 1 (one broadcast per global step). A
 trajectory's oldest version is its ``min_global_steps`` tag, or, when the engine did not report one,
@@ -35,7 +37,7 @@ from sat_ext.lag.metrics import LagMetrics
 from sat_ext.lag.versions import VersionSpan, sample_lag
 
 from ._upstream import ReplayBufferSeam, accumulate_eviction_metrics
-from .lag_overrides import check_verl_lag, lag_from_sampler_kwargs
+from .prepared import prepared_lag
 
 
 class SATLagReplayBuffer(ReplayBufferSeam):
@@ -50,8 +52,7 @@ class SATLagReplayBuffer(ReplayBufferSeam):
         sampler_kwargs: DictConfig,
         **kwargs,
     ):
-        self.lag, filter_metric = lag_from_sampler_kwargs(sampler_kwargs)
-        engine = check_verl_lag(self.lag, trainer_mode, trainer_config)
+        self.lag, filter_metric = prepared_lag(sampler_kwargs)
         super().__init__(
             trainer_mode=trainer_mode,
             trainer_config=trainer_config,
@@ -61,7 +62,7 @@ class SATLagReplayBuffer(ReplayBufferSeam):
             filter_groups_metric=filter_metric,
             **kwargs,
         )
-        self.sync_every = engine.sync_every
+        self.sync_every = int(trainer_config.get("parameter_sync_step", 1))  # verl's own reading of the block
         self.lag_metrics = LagMetrics(
             self.lag.hist_edges, interval_schedule=self.lag.mode == "interval", track_producer_idle=False
         )

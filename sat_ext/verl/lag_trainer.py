@@ -6,8 +6,9 @@ Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOT
    (:meth:`sat_ext.verl.lag_sampler.SATLagReplayBuffer.drain`, timed as ``timing_s/lag_drain``), so a
    prefetched batch is generated entirely by the weights being replaced; verl alone would abort it and resume
    it on the new weights.
-   The whole config is checked first (:func:`sat_ext.verl.lag_overrides.check_verl_config`), and DAPO's
-   ``filter_groups`` metric forwarded to the sampler in bounded mode.
+   The config was checked once, in the driver, and prepared for the workers
+   (:func:`sat_ext.verl.prepared.prepare_verl_config`); this trainer reads it as it is and refuses one the
+   launcher did not prepare.
 2. The paper's denominator (App. F, Table 9; docs/verl.md, "The denominator"): without bypass mode, each batch's
    ``old_log_probs`` is the trainer's log-prob under the weights of the broadcast that generated the batch. verl keeps a
    CPU copy of the current broadcast's weights only; this trainer keeps the copies a prefetched batch still needs
@@ -24,7 +25,7 @@ from contextlib import contextmanager
 
 import ray
 import transfer_queue as tq
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1 import trainer_separate_async
 from verl.trainer.ppo.v1.trainer_base import register_trainer
@@ -34,7 +35,8 @@ from sat_ext.lag.config import LagConfig
 
 from ._upstream import TrainerSeam
 from .kept_weights import KeptWeightsWorker
-from .lag_overrides import BASE_MODE, TRAINER_MODE, check_verl_config, kept_weights_spill_dir, uses_bypass
+from .lag_overrides import TRAINER_MODE, kept_weights_spill_dir, uses_bypass
+from .prepared import prepared_lag
 
 logger = logging.getLogger(__name__)
 LAG_STATE_FILE = "sat_ext_lag.json"  # in verl's global_step_<n> folder: LagMetrics.state_dict()
@@ -145,12 +147,9 @@ class SATSeparateAsyncTrainer(TrainerSeam):
     """:class:`PPOTrainerSeparateAsync` with the broadcast barrier and the paper's denominator (module doc)."""
 
     def __init__(self, config: DictConfig):
-        # verl's base class reads trainer.v1.<trainer_mode>; this trainer is configured by separate_async's block
-        with open_dict(config):
-            config.trainer.v1[TRAINER_MODE] = config.trainer.v1[BASE_MODE]
-            config.trainer.v1.sampler.sampler_kwargs.update(check_verl_config(config))
+        """``config``: as :func:`sat_ext.verl.prepared.prepare_verl_config` built it (checked, not changed here)."""
+        self.lag: LagConfig = prepared_lag(config.trainer.v1.sampler.sampler_kwargs)[0]
         super().__init__(config)
-        self.lag: LagConfig = self.replay_buffer.lag
         self.bypass = uses_bypass(config)
         self.broadcast_weights = BroadcastWeights(self.lag, kept_weights_spill_dir(config))
 

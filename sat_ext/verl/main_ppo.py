@@ -2,10 +2,11 @@
 
 The same Hydra config (verl's ``ppo_trainer``, or any config that builds on it via ``--config-name`` /
 ``--config-path``) and the same overrides as ``python -m verl.trainer.main_ppo``, plus
-:func:`sat_ext.verl.lag_overrides.verl_overrides`. The config is checked before Ray starts
-(:func:`~sat_ext.verl.lag_overrides.check_verl_config`); then verl's own ``run_ppo`` runs a TaskRunner that is
-verl's ``TaskRunnerV1`` after importing :mod:`sat_ext.verl.lag_trainer`, which registers
-``trainer.v1.trainer_mode=sat_separate_async`` in the process that looks it up.
+:func:`sat_ext.verl.lag_overrides.verl_overrides`. The config is checked once, before Ray starts, and the
+config the workers get is built from a copy of it (:func:`~sat_ext.verl.prepared.prepare_verl_config`); then
+verl's own ``run_ppo`` runs a TaskRunner that is verl's ``TaskRunnerV1`` after importing
+:mod:`sat_ext.verl.lag_trainer`, which registers ``trainer.v1.trainer_mode=sat_separate_async`` in the process
+that looks it up.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
 
-from .lag_overrides import check_verl_config
+from .prepared import prepare_verl_config
 
 
 @ray.remote
@@ -33,8 +34,9 @@ class SATTaskRunner(TaskRunnerV1.__ray_actor_class__):
 
 @hydra.main(config_path="pkg://verl.trainer.config", config_name="ppo_trainer", version_base=None)
 def main(config: DictConfig) -> None:
-    """Check the lag settings, then run verl's V1 trainer as ``verl.trainer.main_ppo`` would."""
-    check_verl_config(config)
+    """Check the lag settings and prepare the workers' config, then run verl's V1 trainer as
+    ``verl.trainer.main_ppo`` would."""
+    config = prepare_verl_config(config)
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     run_ppo(config, task_runner_class=SATTaskRunner)

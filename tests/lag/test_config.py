@@ -85,6 +85,7 @@ def _engine(**overrides) -> EngineSettings:
         partial_rollout=False,
         oversampling=False,
         reports_sample_versions=True,
+        can_regenerate=True,
         prefetch_steps=0,
         sync_every=1,
         keys={
@@ -110,8 +111,8 @@ def test_compatible_settings_pass():
         (
             LagConfig(mode="bounded", max_lag=1),
             _engine(prefetch_steps=2),
-            "engine.prefetch makes every sample's lag at least that large, over lag.max_lag=1; "
-            "set it to at most 1, got 2",
+            "engine.prefetch lets a batch be generated up to 2 weight syncs before it is trained, over "
+            "lag.max_lag=1; set it to at most 1, got 2",
         ),
         (
             LagConfig(mode="bounded", max_lag=1),
@@ -139,14 +140,28 @@ def test_compatible_settings_pass():
         (
             LagConfig(mode="interval", interval=2, prefetch=1),
             _engine(sync_every=2, prefetch_steps=1, partial_rollout=True),
-            "engine.partial breaks lag.mode=interval with lag.prefetch > 0: a sample in flight at a sync would span "
-            "versions and leave the schedule, got True",
+            "engine.partial breaks lag.mode=interval with lag.prefetch=1: a sample in flight at a sync would span "
+            "versions and leave the schedule; turn partial rollout off or use lag.prefetch=0, got True",
         ),
         (
             LagConfig(mode="interval", interval=2),
             _engine(sync_every=2, oversampling=True),
             "engine.oversample breaks lag.mode=interval: "
-            "leftover samples served at a later step leave the schedule, got True",
+            "leftover samples served at a later step leave the schedule; turn oversampling off, got True",
+        ),
+        (
+            LagConfig(mode="bounded", max_lag=1, over_bound="regenerate"),
+            _engine(can_regenerate=False),
+            "lag.over_bound is not available on test engine: it cannot generate a group over the bound again with "
+            "current weights; use lag.over_bound=wait (nothing dropped) or drop, got 'regenerate'",
+        ),
+        (
+            LagConfig(mode="bounded", max_lag=1),
+            _engine(oversampling=True),
+            "engine.oversample breaks lag.mode=bounded with lag.over_bound=wait: the extra samples are trained at "
+            "later steps without regeneration, outside the rollout's bound; turn oversampling off, or use "
+            "lag.over_bound=drop / regenerate (leftovers over the bound are then dropped or generated again at "
+            "consumption), got True",
         ),
         (
             LagConfig(mode="interval", interval=2),
@@ -159,3 +174,104 @@ def test_incompatible_engine_settings_raise(cfg, engine, message):
     with pytest.raises(LagConfigError) as err:
         check_compatible(cfg, engine)
     assert str(err.value) == message
+
+
+def test_what_an_engine_can_do_decides_the_rest():
+    # oversampling's leftovers are dropped or regenerated at consumption; regenerate needs the capability
+    check_compatible(LagConfig(mode="bounded", max_lag=1, over_bound="drop"), _engine(oversampling=True))
+    check_compatible(LagConfig(mode="bounded", max_lag=1, over_bound="regenerate"), _engine(oversampling=True))
+    check_compatible(LagConfig(mode="bounded", max_lag=1, over_bound="drop"), _engine(can_regenerate=False))
+    check_compatible(LagConfig(mode="interval", interval=2), _engine(sync_every=2, partial_rollout=True))
+
+
+# ------------------------------------------------------------------ the same rules through the adapters
+
+
+def _openrlhf_args(lag: dict, queue_size=None, partial=False, gen_batch=None):
+    """OpenRLHF's final arguments as sat_ext's launcher sees them (only the fields its checks read)."""
+    from types import SimpleNamespace as NS
+
+    return NS(
+        lag=NS(**lag),
+        train=NS(async_queue_size=queue_size, async_enable=True, partial_rollout_enable=partial),
+        vllm=NS(num_engines=1),
+        rollout=NS(vllm_generate_batch_size=gen_batch, batch_size=2),
+        eval=NS(steps=-1, dataset=None),
+    )
+
+
+@pytest.mark.parametrize(
+    "lag,settings,message",
+    [
+        (
+            {"mode": "bounded", "max_lag": 1},
+            {"gen_batch": 4},
+            "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode=bounded with "
+            "--lag.over_bound=wait: the extra samples are trained at later steps",
+        ),
+        (
+            {"mode": "bounded", "max_lag": 2},
+            {"queue_size": 3},
+            "--train.async_queue_size lets a batch be generated up to 3 weight syncs before it is trained, over "
+            "--lag.max_lag=2; set it to at most 2, got 3",
+        ),
+        (
+            {"mode": "interval", "interval": 2},
+            {"gen_batch": 4},
+            "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode=interval: leftover",
+        ),
+        (
+            {"mode": "interval", "interval": 2, "prefetch": 1},
+            {"partial": True},
+            "--train.partial_rollout_enable breaks --lag.mode=interval with --lag.prefetch=1: a sample in flight",
+        ),
+    ],
+)
+def test_openrlhf_launcher_refuses_through_check_compatible(lag, settings, message):
+    from sat_ext.openrlhf.lag.flags import check_lag_args
+
+    with pytest.raises(ValueError) as err:
+        check_lag_args(_openrlhf_args(lag, **settings))
+    assert message in str(err.value)
+    assert isinstance(err.value.__cause__, LagConfigError)  # raised by check_compatible, spelled as flags
+
+
+def test_openrlhf_launcher_accepts_what_its_engine_can_do():
+    from sat_ext.openrlhf.lag.flags import check_lag_args
+
+    args = _openrlhf_args({"mode": "bounded", "max_lag": 1, "over_bound": "regenerate"}, gen_batch=4)
+    assert check_lag_args(args) == LagConfig(mode="bounded", max_lag=1, over_bound="regenerate")
+    assert args.train.async_queue_size == 1
+
+
+@pytest.mark.parametrize(
+    "lag,trainer_mode,block,message",
+    [
+        (
+            LagConfig(mode="bounded", max_lag=1, over_bound="regenerate"),
+            "sat_separate_async",
+            {"parameter_sync_step": 1, "num_warmup_batches": 1},
+            "lag.over_bound is not available on verl sat_separate_async: it cannot generate a group over the bound "
+            "again with current weights",
+        ),
+        (
+            LagConfig(mode="bounded", max_lag=1),
+            "sat_separate_async",
+            {"parameter_sync_step": 1, "num_warmup_batches": 2},
+            "trainer.v1.separate_async.num_warmup_batches lets a batch be generated up to 2 weight syncs before it "
+            "is trained, over lag.max_lag=1",
+        ),
+        (
+            LagConfig(mode="interval", interval=2, prefetch=1),
+            "separate_async",
+            {"parameter_sync_step": 2, "num_warmup_batches": 0.5},
+            "breaks lag.mode=interval with lag.prefetch=1: a sample in flight",
+        ),
+    ],
+)
+def test_verl_refuses_through_check_compatible(lag, trainer_mode, block, message):
+    pytest.importorskip("omegaconf")
+    from sat_ext.verl.lag_overrides import check_verl_lag
+
+    with pytest.raises(LagConfigError, match=message):
+        check_verl_lag(lag, trainer_mode, block)

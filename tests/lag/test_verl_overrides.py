@@ -8,11 +8,12 @@ import pytest
 
 verl = pytest.importorskip("verl")
 from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+from omegaconf import OmegaConf, open_dict  # noqa: E402
 
 from sat_ext.lag import LagConfig, LagConfigError, check_compatible  # noqa: E402
 from sat_ext.verl.lag_overrides import (  # noqa: E402
     BASE_MODE,
+    PREPARED_KEY,
     SAMPLER_NAME,
     SAMPLER_PATH,
     TRAINER_MODE,
@@ -20,6 +21,7 @@ from sat_ext.verl.lag_overrides import (  # noqa: E402
     verl_engine_settings,
     verl_overrides,
 )
+from sat_ext.verl.prepared import UnpreparedConfigError, prepare_verl_config, prepared_lag  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 
@@ -91,7 +93,8 @@ def test_off_mode_changes_nothing():
 def test_user_settings_that_break_the_bound_are_named():
     lag = LagConfig(mode="bounded", max_lag=2)
     cfg = _compose("ppo_trainer", verl_overrides(lag, 64) + ["trainer.v1.separate_async.num_warmup_batches=3"])
-    with pytest.raises(LagConfigError, match=r"^trainer\.v1\.separate_async\.num_warmup_batches makes every .* got 3$"):
+    deep = r"^trainer\.v1\.separate_async\.num_warmup_batches lets a batch be generated up to 3 .* got 3$"
+    with pytest.raises(LagConfigError, match=deep):
         check_compatible(lag, _engine(cfg))
     cfg = _compose("ppo_trainer", verl_overrides(lag, 64) + ["trainer.v1.separate_async.parameter_sync_step=4"])
     with pytest.raises(LagConfigError, match=r"^trainer\.v1\.separate_async\.parameter_sync_step must be 1"):
@@ -105,7 +108,7 @@ def test_user_settings_that_break_the_bound_are_named():
 def test_verl_s_own_partial_rollout_trainer_is_refused_for_interval_prefetch():
     lag = LagConfig(mode="interval", interval=8, prefetch=1)
     cfg = _compose("ppo_trainer", verl_overrides(lag, 64) + [f"trainer.v1.trainer_mode={BASE_MODE}"])
-    with pytest.raises(LagConfigError, match=r"partial rollout.*breaks lag\.mode=interval with lag\.prefetch > 0"):
+    with pytest.raises(LagConfigError, match=r"partial rollout.*breaks lag\.mode=interval with lag\.prefetch=1"):
         check_compatible(lag, _engine(cfg))
 
 
@@ -219,17 +222,58 @@ def test_a_plain_verl_config_is_not_checked():
     assert check_verl_config(_compose("ppo_trainer", [])) == {}
 
 
-def test_the_sampler_refuses_what_verl_cannot_deliver_when_built_directly():
+def test_the_sampler_refuses_a_config_the_launcher_did_not_prepare():
+    pytest.importorskip("transfer_queue")
     from sat_ext.verl.lag_sampler import SATLagReplayBuffer
 
-    with pytest.raises(LagConfigError, match=r"^lag\.over_bound is not available on verl"):
+    with pytest.raises(UnpreparedConfigError, match=r"sat_ext_prepared is missing.*python -m sat_ext\.verl\.main_ppo"):
         SATLagReplayBuffer(
             trainer_mode=TRAINER_MODE,
             trainer_config={"parameter_sync_step": 1, "num_warmup_batches": 1},
             max_off_policy_threshold=None,
             max_off_policy_strategy="drop",
-            sampler_kwargs={"mode": "bounded", "max_lag": 1, "over_bound": "regenerate"},
+            sampler_kwargs={"mode": "bounded", "max_lag": 1},
         )
+
+
+def _plain(cfg) -> dict:
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+@pytest.mark.parametrize("mode", ["bounded", "interval"])
+def test_the_launcher_prepares_a_copy_with_what_the_workers_read(mode):
+    lag = {"mode": "bounded", "max_lag": 2} if mode == "bounded" else {"mode": "interval", "interval": 4, "prefetch": 1}
+    dapo = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"] if mode == "bounded" else []
+    user = _compose("ppo_trainer", verl_overrides(lag, 64) + dapo)
+    before = _plain(user)
+    prepared = prepare_verl_config(user)
+    assert _plain(user) == before and TRAINER_MODE not in user.trainer.v1  # the user's config is unchanged
+    assert prepared is not user
+    v1 = prepared.trainer.v1
+    assert _plain(v1[TRAINER_MODE]) == _plain(v1[BASE_MODE])  # what verl's base class reads for this mode
+    kwargs = OmegaConf.to_container(v1.sampler.sampler_kwargs)
+    assert kwargs[PREPARED_KEY] == "sat_ext.verl.main_ppo"
+    assert kwargs.get("filter_groups_metric") == ("acc" if mode == "bounded" else None)
+    assert prepared_lag(v1.sampler.sampler_kwargs) == (LagConfig.from_dict(lag), kwargs.get("filter_groups_metric"))
+    # everything else is the user's config
+    rest = {k: v for k, v in _plain(prepared).items() if k != "trainer"}
+    assert rest == {k: v for k, v in before.items() if k != "trainer"}
+    check_verl_config(prepared)  # a prepared config still passes the launch checks (e.g. sat-ext doctor)
+
+
+def test_the_launcher_leaves_a_plain_verl_config_alone():
+    user = _compose("ppo_trainer", [])
+    assert prepare_verl_config(user) is user
+
+
+def test_the_launcher_refuses_before_preparing():
+    user = _compose("ppo_trainer", verl_overrides({"mode": "bounded", "max_lag": 1}, 64))
+    with open_dict(user):
+        user.trainer.v1.sampler.sampler_kwargs.over_bound = "regenerate"
+    before = _plain(user)
+    with pytest.raises(LagConfigError, match=r"^lag\.over_bound is not available on verl"):
+        prepare_verl_config(user)
+    assert _plain(user) == before
 
 
 def test_kept_weights_dir_is_a_checkpoint_denominator_option():

@@ -27,6 +27,7 @@ from sat_ext.runlog import Expectation, Record, check_lag_schedule  # noqa: E402
 from sat_ext.verl.lag_overrides import BASE_MODE, TRAINER_MODE, verl_overrides  # noqa: E402
 from sat_ext.verl.lag_sampler import SATLagReplayBuffer  # noqa: E402
 from sat_ext.verl.lag_trainer import SATSeparateAsyncTrainer, batch_version, kept_versions  # noqa: E402
+from sat_ext.verl.prepared import UnpreparedConfigError, prepare_verl_config  # noqa: E402
 
 from ._verl_rollout import Rollout, drive  # noqa: E402
 
@@ -55,9 +56,14 @@ def clean_partition(transfer_queue):
         tq.kv_clear(keys=keys, partition_id="train")
 
 
-def _compose(overrides):
+def _user_config(overrides):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         return compose(config_name="ppo_trainer", overrides=overrides + GPU_FREE)
+
+
+def _compose(overrides):
+    """The config the workers get, as ``python -m sat_ext.verl.main_ppo`` prepares it."""
+    return prepare_verl_config(_user_config(overrides))
 
 
 def _sampler(lag: LagConfig, refills: list[int] | None = None, stock: bool = False, batch_size: int = 2):
@@ -123,12 +129,18 @@ def test_trainer_forwards_filter_groups_in_bounded_mode(transfer_queue):
     assert trainer.replay_buffer.filter_groups_metric == "acc"  # verl's DAPO eviction runs in the sampler
 
 
-def test_sampler_rejects_a_warmup_that_breaks_the_bound(transfer_queue):
-    cfg = _compose(
+def test_the_launcher_rejects_a_warmup_that_breaks_the_bound():
+    cfg = _user_config(
         verl_overrides({"mode": "bounded", "max_lag": 1}, train_batch_size=8)
         + ["trainer.v1.separate_async.num_warmup_batches=2"]
     )
     with pytest.raises(LagConfigError, match="num_warmup_batches"):
+        prepare_verl_config(cfg)
+
+
+def test_the_trainer_refuses_a_config_the_launcher_did_not_prepare():
+    cfg = _user_config(verl_overrides({"mode": "interval", "interval": 2, "prefetch": 1}, train_batch_size=8))
+    with pytest.raises(UnpreparedConfigError, match=r"python -m sat_ext\.verl\.main_ppo"):
         get_trainer_cls(TRAINER_MODE)(cfg)
 
 

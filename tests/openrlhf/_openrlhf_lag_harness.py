@@ -14,7 +14,8 @@ Stand-ins, all at the engine boundary:
   ``extra_logs["engine_weights"]`` (which OpenRLHF copies into ``info``), the ground truth for the tags;
 - ``StandInActorGroup`` stands in for the DeepSpeed policy actors' ``RayActorGroup``: ``forward`` returns
   zero log-probs, ``append`` records what the trainer trains on (after a delay, the "training time"),
-  ``fit`` returns a status, ``broadcast_to_vllm`` calls ``Engine.broadcast``.
+  ``fit`` returns a status, ``broadcast_to_vllm`` calls ``Engine.broadcast``, ``save_checkpoint`` keeps the
+  client states in a file as DeepSpeed's checkpoint does and ``get_checkpoint_states`` reads them back.
 
 Part 1, CLI: each case (and each launcher command in docs/openrlhf_lag.md) runs OpenRLHF's
 ``openrlhf.cli.train_ppo_ray`` through the launcher and stops where that module calls ``train(args)`` (one more
@@ -25,7 +26,8 @@ are constructed (their real ``__init__``) in this process with ``PPOTrainerAsync
 queue, token pool and lock actors, the clock actor) and their real ``fit`` loops run in two threads. To start
 fewer Ray processes, the scenarios run one after the other and share one lock and one queue pair of capacity
 ``MAX_QUEUE``, the token pool refilled with the scenario's Q tokens: OpenRLHF's protocol never holds more items
-than there are tokens, so the extra capacity is never used.
+than there are tokens, so the extra capacity is never used. The scenarios in ``RESUMED`` save a checkpoint after
+every step, and a fresh trainer then resumes from the last one (OpenRLHF's ``init_checkpoint_states``).
 
 Part 3, Ray workers: the ``PPOTrainerAsync`` class recorded in part 1 is started the way OpenRLHF's
 ``train()`` starts it (``PPOTrainer.remote(...)``, ``get_max_steps``, ``fit``); in its worker it creates
@@ -139,10 +141,31 @@ class LocalEngine:
 class StandInActorGroup:
     """Stand-in for the DeepSpeed policy actors' ``RayActorGroup``; see the module docstring."""
 
-    def __init__(self, engine, delay):
+    def __init__(self, engine, delay, ckpt_dir=None):
         self.engine, self.delay = engine, delay
+        self.ckpt_dir = ckpt_dir  # OpenRLHF's <--ckpt.path>/_actor; None: checkpoints are not kept
         self.broadcasts = 0
         self.trained = []
+
+    def _save_checkpoint(self, tag, client_states):
+        """DeepSpeed's ``save_checkpoint(client_state=...)`` as the policy actors call it: the client states in
+        the tag's folder, the tag in ``latest``."""
+        import torch
+
+        if self.ckpt_dir is None:
+            return
+        os.makedirs(os.path.join(self.ckpt_dir, tag), exist_ok=True)
+        torch.save(client_states, os.path.join(self.ckpt_dir, tag, "client_states.pt"))
+        with open(os.path.join(self.ckpt_dir, "latest"), "w") as f:
+            f.write(tag)
+
+    def _checkpoint_states(self):
+        """What a policy actor loaded at start (``load_ckpt``) and returns from ``get_checkpoint_states``."""
+        import torch
+
+        with open(os.path.join(self.ckpt_dir, "latest")) as f:
+            tag = f.read()
+        return torch.load(os.path.join(self.ckpt_dir, tag, "client_states.pt"), weights_only=False)
 
     def async_run_method_batch(self, method_name, **kwargs):
         import ray
@@ -168,7 +191,12 @@ class StandInActorGroup:
         if method_name == "broadcast_to_vllm":
             self.broadcasts += 1
             return [self.engine.broadcast.remote()]
-        if method_name in ("save_checkpoint", "empty_cache"):
+        if method_name == "save_checkpoint":
+            self._save_checkpoint(kwargs["tag"], kwargs["client_states"])
+            return []
+        if method_name == "get_checkpoint_states":
+            return [ray.put(self._checkpoint_states())]
+        if method_name == "empty_cache":
             return []
         raise ValueError(f"stand-in actor group: unexpected method {method_name}")
 
@@ -434,31 +462,56 @@ class SharedActors:
             self.rollout_slots.put(0, block=True)
 
 
-def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
-    """The real generator and trainer loops of the lag subclasses, in two threads of this process."""
-    import threading
-
+def _trainer_setup(args, shared, clock):
+    """PPOTrainerAsync.__init__'s set-up (openrlhf/trainer/ppo_trainer_async.py:281-302) and its clock: the
+    strategy and the actor handles."""
     from openrlhf.utils import get_strategy
 
-    from sat_ext.openrlhf.lag import lag_actor_classes
-
-    classes = lag_actor_classes()
     strategy = get_strategy(args)
-    # PPOTrainerAsync.__init__'s set-up (openrlhf/trainer/ppo_trainer_async.py:281-302) and its clock
     if args.eval.steps == -1:
         args.eval.steps = float("inf")
     if args.ckpt.save_steps == -1:
         args.ckpt.save_steps = float("inf")
-    q = args.train.async_queue_size
-    shared.reset(q)
-    engine = LocalEngine(gen_delay)
-    group = StandInActorGroup(engine, train_delay)
     handles = dict(
         vllm_lock=shared.lock, rollout_queue=shared.rollout_queue, rollout_slots=shared.rollout_slots, lag_clock=clock
     )
+    return strategy, handles
+
+
+def _ckpt_dir(args):
+    """Where the policy actors keep their checkpoints (``<--ckpt.path>/_actor``), for a run that saves them."""
+    saves = args.ckpt.save_steps != float("inf") or args.ckpt.load_enable
+    return os.path.join(args.ckpt.path, "_actor") if saves else None
+
+
+def _training_actor(args, strategy, group, engine, handles):
+    """The lag subclass of TrainingActor, built by its real ``__init__`` in this process."""
+    from sat_ext.openrlhf.lag import lag_actor_classes
+
+    trainer_cls = lag_actor_classes().trainer.__ray_actor_class__
+    return trainer_cls(args.actor.model_name_or_path, strategy, group, None, None, None, [engine], **handles)
+
+
+def _start_loops(args, shared, clock, gen_delay, train_delay):
+    """The generator and trainer of the lag subclasses, and what they talk to, before their loops start."""
+    from sat_ext.openrlhf.lag import lag_actor_classes
+
+    strategy, handles = _trainer_setup(args, shared, clock)
+    shared.reset(args.train.async_queue_size)
+    engine = LocalEngine(gen_delay)
+    group = StandInActorGroup(engine, train_delay, _ckpt_dir(args))
+    generator_cls = lag_actor_classes().generator.__ray_actor_class__
     pretrain = args.actor.model_name_or_path
-    generator = classes.generator.__ray_actor_class__(pretrain, strategy, [engine], **handles, **generate_kwargs(args))
-    trainer = classes.trainer.__ray_actor_class__(pretrain, strategy, group, None, None, None, [engine], **handles)
+    generator = generator_cls(pretrain, strategy, [engine], **handles, **generate_kwargs(args))
+    trainer = _training_actor(args, strategy, group, engine, handles)
+    return generator, trainer, group, engine
+
+
+def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
+    """The real generator and trainer loops of the lag subclasses, in two threads of this process."""
+    import threading
+
+    generator, trainer, group, engine = _start_loops(args, shared, clock, gen_delay, train_delay)
     logs, evals, errors = [], [], []
     _recorder(trainer, logs, evals)
 
@@ -489,9 +542,22 @@ def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
         "seconds": time.time() - t0,
         "clock": _clock_state(clock),
         "engine_weights": engine.engine.weights,
-        "queue_size": q,
+        "queue_size": q if (q := args.train.async_queue_size) else q,
         "prompts": N_PROMPTS,
+        "lag_state": trainer.lag_metrics.state_dict(),
     }
+
+
+def resume_from_checkpoint(args, shared, clock):
+    """A fresh lag TrainingActor (real ``__init__``) resuming from the run's last checkpoint: OpenRLHF's
+    ``init_checkpoint_states`` (as ``PPOTrainerAsync.fit`` calls it), reading the client states the run saved."""
+    args.ckpt.load_enable = True
+    strategy, handles = _trainer_setup(args, shared, clock)
+    engine = LocalEngine(0.0)
+    group = StandInActorGroup(engine, 0.0, _ckpt_dir(args))
+    trainer = _training_actor(args, strategy, group, engine, handles)
+    states = trainer.init_checkpoint_states()
+    return {"global_step": states["global_step"], "lag_state": trainer.lag_metrics.state_dict()}
 
 
 SCENARIOS = {
@@ -502,9 +568,11 @@ SCENARIOS = {
     "interval3": ("interval3", None, 0.01, 0.05),
     "off_slow_rollout": ("off", 2, 0.1, 0.02),
 }
+# these save a checkpoint after every step; a fresh trainer then resumes from the last one ("resumed")
+RESUMED = ("bounded1_drop_q3", "bounded1_regenerate_q3")
 
 
-def run_scenarios(parsed):
+def run_scenarios(parsed, workdir):
     import copy
     import traceback
 
@@ -520,8 +588,12 @@ def run_scenarios(parsed):
         args = copy.deepcopy(parsed[case])
         if forced_q is not None:  # past the launcher's check: the trainer's own bound must hold
             args.train.async_queue_size = forced_q
+        if name in RESUMED:
+            args.ckpt.path, args.ckpt.save_steps = os.path.join(workdir, "ckpt", name), 1
         try:
             results[name] = run_loops(args, shared, clocks[name], gen_delay, train_delay)
+            if name in RESUMED:
+                results[name]["resumed"] = resume_from_checkpoint(args, shared, clocks[name])
         except BaseException as e:  # noqa: BLE001
             results[name] = {"errors": [f"{e!r}\n{traceback.format_exc()}"]}
         if results[name]["errors"]:  # the shared actors may be in any state: stop here
@@ -657,7 +729,7 @@ def main(out_path):
             missing = [s[0] for s in SCENARIOS.values() if s[0] not in parsed]
             if missing:
                 raise RuntimeError(f"the CLI cases {missing} did not reach train()")
-            result["loops"] = run_scenarios(parsed)
+            result["loops"] = run_scenarios(parsed, workdir)
             timings["loops"] = time.time() - t1
             t1 = time.time()
             try:

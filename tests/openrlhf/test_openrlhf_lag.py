@@ -156,19 +156,19 @@ def test_sat_and_a_lag_mode_combine(cli):
         ("bounded_partial", "--train.partial_rollout_enable breaks --lag.mode bounded"),
         (
             "bounded_oversampling",
-            "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode bounded with "
-            "--lag.over_bound wait",
+            "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode=bounded with "
+            "--lag.over_bound=wait",
         ),
         (
             "bounded_queue_over_bound",
-            "--train.async_queue_size 3 lets a batch be generated up to 3 weight syncs before "
-            "it is trained, over --lag.max_lag 2: set it to at most 2",
+            "--train.async_queue_size lets a batch be generated up to 3 weight syncs before "
+            "it is trained, over --lag.max_lag=2; set it to at most 2, got 3",
         ),
         (
             "interval_oversampling",
-            "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode interval",
+            "--rollout.vllm_generate_batch_size 4 > --rollout.batch_size 2 breaks --lag.mode=interval",
         ),
-        ("interval_partial_p1", "--train.partial_rollout_enable breaks --lag.mode interval with --lag.prefetch 1"),
+        ("interval_partial_p1", "--train.partial_rollout_enable breaks --lag.mode=interval with --lag.prefetch=1"),
         ("interval_queue_too_small", "--train.async_queue_size 1 is too small for --lag.prefetch 1 with evaluation on"),
     ],
 )
@@ -280,6 +280,19 @@ def test_a_queue_deeper_than_the_bound_regenerates_stale_groups(loops):
     assert all(prompts.count(p) == N_SAMPLES for p in prompts)  # each prompt trained once
     # groups sent back after the generator's last batch are not regenerated (the run ends)
     assert len(set(prompts)) + run["clock"]["requeued"] == run["prompts"]
+
+
+@pytest.mark.parametrize(
+    "name,total", [("bounded1_drop_q3", "dropped_total"), ("bounded1_regenerate_q3", "regenerated_total")]
+)
+def test_resume_keeps_the_lag_totals(loops, name, total):
+    """The run saved LagMetrics.state_dict() in the client states of a checkpoint after every step (OpenRLHF's
+    save_logs_and_checkpoints); a fresh trainer resuming from the last one (init_checkpoint_states) restores it."""
+    run = loops[name]
+    last, resumed = run["logs"][-1], run["resumed"]
+    assert resumed["global_step"] == last["step"]  # OpenRLHF's own client state: the last checkpoint was read
+    assert resumed["lag_state"][total] == last[f"lag/{total}"] > 0
+    assert resumed["lag_state"] == run["lag_state"]  # every total, as the run ended
 
 
 def test_interval_mode_broadcasts_every_k_steps_and_follows_the_schedule(loops):

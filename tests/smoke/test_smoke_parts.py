@@ -18,7 +18,8 @@ from sat_ext.smoke import checks  # noqa: E402
 from sat_ext.smoke.cli import main  # noqa: E402
 from sat_ext.smoke.runner import SHM, run  # noqa: E402
 from sat_ext.smoke.verl_variants import VARIANTS, Paths, command, data_rows  # noqa: E402
-from sat_ext.verl.lag_overrides import check_verl_config  # noqa: E402
+from sat_ext.verl.lag_overrides import PREPARED_KEY  # noqa: E402
+from sat_ext.verl.prepared import prepare_verl_config  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 PATHS = Paths(Path("/m"), Path("/t.parquet"), Path("/v.parquet"), Path("/r.py"), Path("/a.yaml"), Path("/k"))
@@ -33,7 +34,10 @@ def test_each_variant_composes_with_verls_config_and_passes_the_launch_checks(na
     assert cmd.env == ({"SAT_EXT_VERL_CPU": "1"} if device == "cpu" else {})
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=cmd.argv[3:])
-    check_verl_config(cfg)  # what sat_ext.verl.main_ppo runs before Ray starts
+    prepared = prepare_verl_config(cfg)  # what sat_ext.verl.main_ppo runs before Ray starts
+    assert (OmegaConf.select(prepared, f"trainer.v1.sampler.sampler_kwargs.{PREPARED_KEY}") is not None) is bool(
+        variant.lag
+    )
     policy = cfg.actor_rollout_ref.actor.policy_loss
     assert policy.loss_mode == variant.loss and cfg.trainer.total_training_steps == 4
     assert cfg.algorithm.rollout_correction.bypass_mode is (variant.denominator == "rollout")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -105,6 +106,112 @@ def _eval_enabled(args: SimpleNamespace) -> bool:
     return bool(getattr(args.eval, "dataset", None)) and steps not in (-1, float("inf"))
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What the launcher resolves for a lag mode: the queue size, the engine settings it implies, a note."""
+
+    queue_size: int
+    engine: EngineSettings
+    note: str
+
+
+def _check_openrlhf_mechanics(cfg: LagConfig, args: SimpleNamespace, queue_size: int | None) -> None:
+    """The rules that come from how OpenRLHF's asynchronous trainer works (its queue, its vLLM lock), not from
+    the lag modes themselves (those are :func:`sat_ext.lag.config.check_compatible`'s)."""
+    what = f"--lag.mode {cfg.mode}"
+    if not args.train.async_enable:
+        raise ValueError(
+            f"{what} needs --train.async_enable: the lag modes run on OpenRLHF's asynchronous trainer "
+            "(PPOTrainerAsync). A synchronous run trains every batch on the weights that generated it (lag 0): "
+            "drop the --lag.* flags there"
+        )
+    if not args.vllm.num_engines:
+        raise ValueError(
+            f"{what} needs vLLM engines (--vllm.num_engines > 0, got {args.vllm.num_engines!r}): "
+            "a policy version is a weight broadcast to vLLM"
+        )
+    if queue_size is not None and queue_size <= 0:
+        raise ValueError(f"{_QUEUE_FLAG} must be >= 1, got {queue_size}")
+    if cfg.mode != "bounded":
+        return
+    if cfg.max_lag == 0:
+        raise ValueError(
+            "--lag.max_lag 0 is below what OpenRLHF's asynchronous trainer can deliver: with "
+            "--train.async_enable the next batch is generated while the current one trains (the queue holds "
+            f"{_QUEUE_FLAG} >= 1 batches), so lag 1 is normal. Use --lag.max_lag >= 1, or a synchronous run "
+            "(no --train.async_enable, no --lag.* flags) for lag 0"
+        )
+    if args.train.partial_rollout_enable:
+        raise ValueError(
+            "--train.partial_rollout_enable breaks --lag.mode bounded: a request in flight at a weight "
+            "broadcast continues on the new weights, generation no longer holds the vLLM lock, and "
+            "OpenRLHF's queue no longer holds the rollout back, so samples over --lag.max_lag would be "
+            "generated only to be dropped. Drop --train.partial_rollout_enable (--lag.mode off measures "
+            "lags with partial rollout)"
+        )
+
+
+def _plan(cfg: LagConfig, args: SimpleNamespace, queue_size: int | None) -> _Plan:
+    """The queue size the launcher sets and the engine settings OpenRLHF then runs with (nothing checked)."""
+    gen_batch = args.rollout.vllm_generate_batch_size or args.rollout.batch_size
+    oversampling = gen_batch > args.rollout.batch_size
+    if cfg.mode == "bounded":
+        resolved = cfg.max_lag if queue_size is None else queue_size
+        prefetch_steps, sync_every = resolved, 1
+        note = (
+            f"{_QUEUE_FLAG} {resolved} (OpenRLHF's queue and token pool: a batch is generated at most "
+            f"{resolved} weight syncs before it is trained"
+            + ("; oversampling's leftovers can be older and are checked when consumed" if oversampling else "")
+            + f"); over the bound at consumption: {cfg.over_bound}"
+        )
+    elif cfg.mode == "interval":
+        need = required_queue_size(cfg, _eval_enabled(args))
+        resolved = need if queue_size is None else queue_size
+        prefetch_steps, sync_every = cfg.prefetch, cfg.interval
+        note = (
+            f"weights broadcast to vLLM every {cfg.interval} trainer steps; the batch for step s is generated "
+            f"by version floor((s - 1 - {cfg.prefetch}) / {cfg.interval}); {_QUEUE_FLAG} {resolved}"
+        )
+    else:
+        resolved = 1 if queue_size is None else queue_size
+        prefetch_steps, sync_every = resolved, 1
+        note = f"tag and measure only; {_QUEUE_FLAG} {resolved}"
+    engine = EngineSettings(
+        engine="OpenRLHF 0.11.2 async",
+        partial_rollout=bool(args.train.partial_rollout_enable),
+        oversampling=oversampling,
+        reports_sample_versions=True,
+        can_regenerate=True,  # the lag generator actor generates a group sent back at consumption again
+        prefetch_steps=prefetch_steps,
+        sync_every=sync_every,
+        keys={
+            "partial_rollout": "--train.partial_rollout_enable",
+            "oversampling": f"--rollout.vllm_generate_batch_size {gen_batch} > --rollout.batch_size "
+            f"{args.rollout.batch_size}",
+            "prefetch_steps": _QUEUE_FLAG if cfg.mode == "bounded" else "--lag.prefetch",
+            "sync_every": "--lag.interval",
+        },
+    )
+    return _Plan(resolved, engine, note)
+
+
+def _check_interval_queue(cfg: LagConfig, args: SimpleNamespace, queue_size: int | None) -> None:
+    """Interval mode's queue arithmetic (:func:`required_queue_size`): a smaller queue starves the schedule."""
+    if cfg.mode != "interval" or queue_size is None:
+        return
+    eval_on = _eval_enabled(args)
+    need = required_queue_size(cfg, eval_on)
+    if queue_size < need:
+        reason = f"the generator must start the batch for step s+{cfg.prefetch} while step s waits for it" + (
+            ", plus one slot per evaluation payload it may queue meanwhile" if eval_on else ""
+        )
+        raise ValueError(
+            f"{_QUEUE_FLAG} {queue_size} is too small for --lag.prefetch {cfg.prefetch}"
+            f"{' with evaluation on' if eval_on else ''} ({reason}): set it to at least {need} "
+            "(or leave it unset)"
+        )
+
+
 def check_lag_args(args: SimpleNamespace) -> LagConfig | None:
     """Validate the lag flags against OpenRLHF's final arguments (the ones the workers get) and resolve
     ``--train.async_queue_size``; raises ValueError with a message naming the flags.
@@ -117,121 +224,13 @@ def check_lag_args(args: SimpleNamespace) -> LagConfig | None:
         if queue_size is None:
             args.train.async_queue_size = 1
         return None
-    mode = cfg.mode
-    what = f"--lag.mode {mode}"
-    if not args.train.async_enable:
-        raise ValueError(
-            f"{what} needs --train.async_enable: the lag modes run on OpenRLHF's asynchronous trainer "
-            "(PPOTrainerAsync). A synchronous run trains every batch on the weights that generated it (lag 0): "
-            "drop the --lag.* flags there"
-        )
-    if not args.vllm.num_engines:
-        raise ValueError(
-            f"{what} needs vLLM engines (--vllm.num_engines > 0, got {args.vllm.num_engines!r}): "
-            "a policy version is a weight broadcast to vLLM"
-        )
-    partial = bool(args.train.partial_rollout_enable)
-    gen_batch = args.rollout.vllm_generate_batch_size or args.rollout.batch_size
-    oversampling = gen_batch > args.rollout.batch_size
-    oversampling_flags = (
-        f"--rollout.vllm_generate_batch_size {gen_batch} > --rollout.batch_size {args.rollout.batch_size}"
-    )
-    if queue_size is not None and queue_size <= 0:
-        raise ValueError(f"{_QUEUE_FLAG} must be >= 1, got {queue_size}")
-
-    if mode == "bounded":
-        lag = cfg.max_lag
-        if lag == 0:
-            raise ValueError(
-                "--lag.max_lag 0 is below what OpenRLHF's asynchronous trainer can deliver: with "
-                "--train.async_enable the next batch is generated while the current one trains (the queue holds "
-                f"{_QUEUE_FLAG} >= 1 batches), so lag 1 is normal. Use --lag.max_lag >= 1, or a synchronous run "
-                "(no --train.async_enable, no --lag.* flags) for lag 0"
-            )
-        if partial:
-            raise ValueError(
-                "--train.partial_rollout_enable breaks --lag.mode bounded: a request in flight at a weight "
-                "broadcast continues on the new weights, generation no longer holds the vLLM lock, and "
-                "OpenRLHF's queue no longer holds the rollout back, so samples over --lag.max_lag would be "
-                "generated only to be dropped. Drop --train.partial_rollout_enable (--lag.mode off measures "
-                "lags with partial rollout)"
-            )
-        if oversampling and cfg.over_bound == "wait":
-            raise ValueError(
-                f"{oversampling_flags} breaks --lag.mode bounded with --lag.over_bound wait: the extra samples wait "
-                "in OpenRLHF's sample buffer and are trained at later steps without regeneration, outside the "
-                "queue's bound. Set --rollout.vllm_generate_batch_size to --rollout.batch_size (or leave it unset), "
-                "or --lag.over_bound drop / regenerate (leftovers over the bound are then dropped or generated "
-                "again at consumption)"
-            )
-        if queue_size is not None and queue_size > lag:
-            raise ValueError(
-                f"{_QUEUE_FLAG} {queue_size} lets a batch be generated up to {queue_size} weight syncs before it "
-                f"is trained, over --lag.max_lag {lag}: set it to at most {lag} (or leave it unset: the "
-                f"launcher then uses {lag})"
-            )
-        resolved = lag if queue_size is None else queue_size
-        prefetch_steps = resolved
-        sync_every = 1
-        note = (
-            f"{_QUEUE_FLAG} {resolved} (OpenRLHF's queue and token pool: a batch is generated at most "
-            f"{resolved} weight syncs before it is trained"
-            + ("; oversampling's leftovers can be older and are checked when consumed" if oversampling else "")
-            + f"); over the bound at consumption: {cfg.over_bound}"
-        )
-    elif mode == "interval":
-        if oversampling:
-            raise ValueError(
-                f"{oversampling_flags} breaks --lag.mode interval: leftover samples are trained at later steps "
-                "and leave the schedule. Set --rollout.vllm_generate_batch_size to --rollout.batch_size"
-            )
-        if partial and cfg.prefetch > 0:
-            raise ValueError(
-                f"--train.partial_rollout_enable breaks --lag.mode interval with --lag.prefetch {cfg.prefetch}: a "
-                "batch in flight at a weight broadcast would span two versions and leave the schedule; drop "
-                "--train.partial_rollout_enable or use --lag.prefetch 0"
-            )
-        eval_on = _eval_enabled(args)
-        need = required_queue_size(cfg, eval_on)
-        if queue_size is not None and queue_size < need:
-            reason = f"the generator must start the batch for step s+{cfg.prefetch} while step s waits for it" + (
-                ", plus one slot per evaluation payload it may queue meanwhile" if eval_on else ""
-            )
-            raise ValueError(
-                f"{_QUEUE_FLAG} {queue_size} is too small for --lag.prefetch {cfg.prefetch}"
-                f"{' with evaluation on' if eval_on else ''} ({reason}): set it to at least {need} "
-                "(or leave it unset)"
-            )
-        resolved = need if queue_size is None else queue_size
-        prefetch_steps = cfg.prefetch
-        sync_every = cfg.interval
-        note = (
-            f"weights broadcast to vLLM every {cfg.interval} trainer steps; the batch for step s is generated "
-            f"by version floor((s - 1 - {cfg.prefetch}) / {cfg.interval}); {_QUEUE_FLAG} {resolved}"
-        )
-    else:
-        resolved = 1 if queue_size is None else queue_size
-        prefetch_steps = resolved
-        sync_every = 1
-        note = f"tag and measure only; {_QUEUE_FLAG} {resolved}"
-    engine = EngineSettings(
-        engine="OpenRLHF 0.11.2 async",
-        partial_rollout=partial,
-        oversampling=oversampling,
-        reports_sample_versions=True,
-        prefetch_steps=prefetch_steps,
-        sync_every=sync_every,
-        keys={
-            "partial_rollout": "--train.partial_rollout_enable",
-            "oversampling": oversampling_flags,
-            "prefetch_steps": _QUEUE_FLAG if mode == "bounded" else "--lag.prefetch",
-            "sync_every": "--lag.interval",
-        },
-    )
-    try:  # what sat_ext.lag itself requires of an engine; the checks above already cover OpenRLHF's cases
-        check_compatible(cfg, engine)
+    _check_openrlhf_mechanics(cfg, args, queue_size)
+    plan = _plan(cfg, args, queue_size)
+    try:  # the rules every engine must keep: the one home of each (sat_ext.lag.config)
+        check_compatible(cfg, plan.engine)
     except LagConfigError as e:
         raise ValueError(_flag_names(str(e))) from e
-    args.train.async_queue_size = resolved
-    print(f"[sat_ext] {what}: {note}; lag metrics under lag/ in OpenRLHF's step logs")
+    _check_interval_queue(cfg, args, queue_size)
+    args.train.async_queue_size = plan.queue_size
+    print(f"[sat_ext] --lag.mode {cfg.mode}: {plan.note}; lag metrics under lag/ in OpenRLHF's step logs")
     return cfg
