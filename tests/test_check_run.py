@@ -5,8 +5,8 @@ workers do) drives verl's registered policy loss (``sat``, ``sat_gspo``, ``vanil
 ``get_policy_loss_fn``) on a few micro-batches whose log-ratio grows with the batch's scheduled lag
 (``sat_ext.lag.schedule``), the micro-batch metrics are reduced by verl's ``reduce_metrics``, the lag metrics
 come from ``sat_ext.lag.LagMetrics`` fed as the sampler feeds it, and the step is written by verl's own
-``FileLogger``. What is synthetic: the log-probs (no model) and the sampler's TransferQueue (tests/lag checks
-the real sampler's metrics with the same checker).
+``FileLogger``. What is synthetic: the log-probs (no model) and the sampler's TransferQueue
+(tests/verl/test_verl_sampler.py checks the real sampler's metrics with the same checker).
 """
 
 from __future__ import annotations

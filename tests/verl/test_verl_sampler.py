@@ -15,7 +15,9 @@ import torch
 
 pytest.importorskip("verl")
 tq = pytest.importorskip("transfer_queue")
+import _verl_rollout  # noqa: E402
 import verl  # noqa: E402
+from _verl_rollout import Rollout, drive  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync  # noqa: E402
@@ -29,14 +31,30 @@ from sat_ext.verl.lag_sampler import SATLagReplayBuffer  # noqa: E402
 from sat_ext.verl.lag_trainer import SATSeparateAsyncTrainer, batch_version, kept_versions  # noqa: E402
 from sat_ext.verl.prepared import UnpreparedConfigError, prepare_verl_config  # noqa: E402
 
-from ._verl_rollout import Rollout, drive  # noqa: E402
-
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 GPU_FREE = [
     "actor_rollout_ref.rollout.nnodes=1",
     "actor_rollout_ref.rollout.n_gpus_per_node=1",
     "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
 ]
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One real Ray session (2 CPUs) for this module; the rollout stand-in's module travels by value (a Ray
+    worker cannot import tests/verl modules)."""
+    from ray import cloudpickle
+
+    if ray.is_initialized():  # another module left its session up: share it, leave it to its owner
+        yield ray
+        return
+    cloudpickle.register_pickle_by_value(_verl_rollout)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never join another
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        cloudpickle.unregister_pickle_by_value(_verl_rollout)
 
 
 @pytest.fixture(scope="module")
