@@ -15,28 +15,16 @@ import io
 import json
 import os
 import sys
-from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "openrlhf"))
 
 import _openrlhf_stubs  # noqa: E402
+from _openrlhf_cli import Stop, plain  # noqa: E402
 
 _openrlhf_stubs.install()
 
 from sat_ext.openrlhf import train_ppo_ray as launcher  # noqa: E402
-
-
-class Stop(Exception):
-    """Raised where OpenRLHF's CLI would start training."""
-
-
-def _plain(x):
-    if isinstance(x, SimpleNamespace):
-        return {k: _plain(v) for k, v in vars(x).items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    return x
 
 
 def _record(args):
@@ -58,7 +46,7 @@ def main(in_path, out_path):
                 launcher.main(argv, extensions=(*launcher.EXTENSIONS, RECORD))
             result["outcome"] = "returned"
         except Stop as stop:
-            result.update(outcome="train", args=_plain(stop.args[0]))
+            result.update(outcome="train", args=plain(stop.args[0]))
         except SystemExit as e:
             result.update(outcome="exit", code=e.code)
         result.update(stdout=out.getvalue()[-4000:], stderr=err.getvalue()[-4000:])

@@ -30,12 +30,12 @@ import runpy
 import shlex
 import sys
 import time
-from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import _openrlhf_stubs  # noqa: E402
+from _openrlhf_cli import Stop, plain  # noqa: E402
 
 _openrlhf_stubs.install()
 
@@ -135,18 +135,6 @@ def _docs_example():
 CASES["docs_example"] = ("launcher", _docs_example())
 
 
-class Stop(Exception):
-    """Raised where OpenRLHF's CLI would start training."""
-
-
-def _plain(x):
-    if isinstance(x, SimpleNamespace):
-        return {k: _plain(v) for k, v in vars(x).items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    return x
-
-
 def _record(args):
     """What the CLI's train(args) would get: the args, and the policy actor class it would start."""
     actor_cls = sys.modules["__main__"].__dict__["PolicyModelActor"]
@@ -189,7 +177,7 @@ def run_cli_cases():
             result["outcome"] = "returned"
         except Stop as stop:
             args, actor_cls = stop.args
-            result.update(outcome="train", args=_plain(args), actor_class=actor_cls.__ray_actor_class__.__name__)
+            result.update(outcome="train", args=plain(args), actor_class=actor_cls.__ray_actor_class__.__name__)
             classes[name] = (args, actor_cls)
         except SystemExit as e:
             result.update(outcome="exit", code=e.code)

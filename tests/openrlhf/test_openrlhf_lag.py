@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 import pytest
+from _openrlhf_cli import refused, trained
 
 from sat_ext.lag.schedule import scheduled_lag
 
@@ -69,18 +70,6 @@ def ray_run(lag_harness):
     return lag_harness["ray"]
 
 
-def _trained(cli, case):
-    result = cli[case]
-    assert result["outcome"] == "train", result["stderr"][-2000:]
-    return result["args"]
-
-
-def _refused(cli, case):
-    result = cli[case]
-    assert (result["outcome"], result["code"]) == ("exit", 2), result
-    return result["stderr"].strip().splitlines()[-1]
-
-
 def _samples(run):
     """Every trained sample: (trainer version at training, its policy_version tag, the engine's weights)."""
     return [(step["broadcasts"], tag, weights) for step in run["trained"] for tag, weights, _ in step["samples"]]
@@ -90,9 +79,9 @@ def _samples(run):
 
 
 def test_without_lag_flags_the_run_is_plain_openrlhf(cli):
-    args = _trained(cli, "no_lag")
+    args = trained(cli, "no_lag")
     assert "lag" not in args and args["train"]["async_queue_size"] == 1  # OpenRLHF's default, restored
-    assert args == _trained(cli, "no_lag_vanilla")  # the launcher without extensions: OpenRLHF's CLI alone
+    assert args == trained(cli, "no_lag_vanilla")  # the launcher without extensions: OpenRLHF's CLI alone
     assert "[sat_ext] --lag" not in cli["no_lag"]["stdout"]
 
 
@@ -113,7 +102,7 @@ def test_without_lag_flags_the_run_is_plain_openrlhf(cli):
     ],
 )
 def test_lag_flags_are_accepted_and_set_the_queue_size(cli, case, lag, queue_size):
-    args = _trained(cli, case)
+    args = trained(cli, case)
     assert args["lag"] == lag
     assert args["train"]["async_queue_size"] == queue_size and args["train"]["async_enable"]
     assert cli[case]["trainer_class"] == "LagPPOTrainerAsync"
@@ -130,7 +119,7 @@ def test_the_launcher_says_what_each_mode_does(cli):
 
 
 def test_sat_and_a_lag_mode_combine(cli):
-    args = _trained(cli, "sat_and_bounded")
+    args = trained(cli, "sat_and_bounded")
     assert args["actor"]["policy_loss_type"] == "sat_gspo" and args["lag"] == {"mode": "bounded", "max_lag": 1}
 
 
@@ -173,12 +162,12 @@ def test_sat_and_a_lag_mode_combine(cli):
     ],
 )
 def test_bad_settings_are_refused_at_launch_naming_the_flags(cli, case, expected):
-    msg = _refused(cli, case)
+    msg = refused(cli, case)
     assert msg.startswith("train_ppo_ray.py: error: ") and expected in msg, msg
 
 
 def test_the_docs_commands_pass_openrlhfs_and_the_launchers_checks(cli):
-    docs = {name: _trained(cli, name) for name in sorted(cli) if name.startswith("docs_")}
+    docs = {name: trained(cli, name) for name in sorted(cli) if name.startswith("docs_")}
     assert [(a["lag"], a["train"]["async_queue_size"]) for a in docs.values()] == [
         ({"mode": "bounded", "max_lag": 2, "over_bound": "drop"}, 2),
         ({"mode": "interval", "interval": 8, "prefetch": 1}, 2),  # p = 1 with evaluation on

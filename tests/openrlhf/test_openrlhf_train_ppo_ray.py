@@ -5,6 +5,7 @@ conftest.py when collection ends; its result is the ``openrlhf_harness`` fixture
 """
 
 import pytest
+from _openrlhf_cli import refused, trained
 
 from sat_ext.core import METRIC_KEYS
 
@@ -19,27 +20,15 @@ def worker(openrlhf_harness):
     return openrlhf_harness["ray"]
 
 
-def _trained(cli, case):
-    result = cli[case]
-    assert result["outcome"] == "train", result["stderr"][-2000:]
-    return result["args"]
-
-
-def _refused(cli, case):
-    result = cli[case]
-    assert (result["outcome"], result["code"]) == ("exit", 2), result
-    return result["stderr"].strip().splitlines()[-1]
-
-
 def test_openrlhf_alone_rejects_sat(cli):
-    assert "invalid choice: 'sat'" in _refused(cli, "vanilla_sat")
+    assert "invalid choice: 'sat'" in refused(cli, "vanilla_sat")
 
 
 def test_sat_and_sat_gspo_are_accepted_with_their_flags(cli):
-    sat = _trained(cli, "sat")
+    sat = trained(cli, "sat")
     assert sat["actor"]["policy_loss_type"] == "sat"
     assert sat["sat"] == {"quantile": 0.8, "kernel": "power", "gate_scope": "global", "c_min": 0.1}
-    gspo = _trained(cli, "sat_gspo")
+    gspo = trained(cli, "sat_gspo")
     assert gspo["actor"]["policy_loss_type"] == "sat_gspo"
     assert gspo["actor"]["eps_clip_low_high"] == [3e-4, 4e-4]
     assert gspo["sat"] == {"gspo_gate_level": "token"}
@@ -47,16 +36,16 @@ def test_sat_and_sat_gspo_are_accepted_with_their_flags(cli):
 
 
 def test_the_docs_example_command_passes_openrlhfs_and_sats_checks(cli):
-    args = _trained(cli, "docs_example")
+    args = trained(cli, "docs_example")
     assert args["actor"]["policy_loss_type"] == "sat_gspo" and args["train"]["async_enable"]
     assert args["sat"] == {"quantile": 0.9, "kernel": "hill", "gate_scope": "micro"}
     assert args["actor"]["eps_clip_low_high"] == [0.2, 0.2]
 
 
 def test_every_other_flag_reaches_openrlhf_untouched(cli):
-    vanilla = _trained(cli, "vanilla_ppo")
-    assert _trained(cli, "ppo") == vanilla  # a non-SAT run through the launcher is plain OpenRLHF
-    sat = _trained(cli, "sat")
+    vanilla = trained(cli, "vanilla_ppo")
+    assert trained(cli, "ppo") == vanilla  # a non-SAT run through the launcher is plain OpenRLHF
+    sat = trained(cli, "sat")
     sat.pop("sat")
     assert sat["actor"].pop("policy_loss_type") == "sat"
     vanilla["actor"].pop("policy_loss_type")
@@ -77,13 +66,13 @@ def test_every_other_flag_reaches_openrlhf_untouched(cli):
     ],
 )
 def test_bad_values_are_refused_naming_flag_and_value(cli, case, expected):
-    assert expected in _refused(cli, case)
+    assert expected in refused(cli, case)
 
 
-def test_runs_without_rollout_log_probs_are_refused(cli):
-    msg = _refused(cli, "no_rollout_log_probs")
+def test_runs_without_rollout_log_probs_arerefused(cli):
+    msg = refused(cli, "no_rollout_log_probs")
     assert "needs vLLM's rollout log-probs" in msg and "--algo.advantage.is_correction_level token" in msg
-    assert "set --vllm.num_engines > 0 (got 0)" in _refused(cli, "no_vllm")
+    assert "set --vllm.num_engines > 0 (got 0)" in refused(cli, "no_vllm")
 
 
 def test_help_lists_the_sat_flags(cli):
