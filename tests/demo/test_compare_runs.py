@@ -1,0 +1,28 @@
+"""tools/compare_demo_runs.py, the check that a fresh clone's demo runs equal the kept ones."""
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import compare_demo_runs as C  # noqa: E402
+
+
+def _out(folder: Path, final: float, wall: float) -> Path:
+    folder.mkdir()
+    rec = {"run": "sat-interval1-lr5e-05-s0", "history": [{"step": 1.0, "loss": 0.5}], "wall_s": wall}
+    rec["totals"] = {"cpu_s": wall, "dropped": 0.0}
+    (folder / "history.jsonl").write_text(json.dumps(rec) + "\n")
+    with open(folder / "runs.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, ["run", "final", "wall_s"])
+        w.writeheader()
+        w.writerow({"run": rec["run"], "final": final, "wall_s": wall})
+    return folder
+
+
+def test_timing_may_differ_and_nothing_else(tmp_path, capsys):
+    kept = _out(tmp_path / "kept", 0.45, 10.0)
+    assert C.main([str(kept), str(_out(tmp_path / "same", 0.45, 99.0))]) == 0
+    assert C.main([str(kept), str(_out(tmp_path / "other", 0.46, 10.0))]) == 1
+    assert "DIFFERS in runs.csv:final" in capsys.readouterr().out

@@ -1,0 +1,68 @@
+"""Do two demo outputs agree on the runs they share? Every record of ``history.jsonl`` (each step's metrics, the
+evaluations, the consumed lags, the totals) and every row of ``runs.csv``, compared exactly, except the timing
+fields (``wall_s``, ``cpu_s``), for each run id found in both.
+
+    python tools/compare_demo_runs.py benchmarks/results/demo /tmp/fresh_out   # exit 1 on any difference
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import sys
+from pathlib import Path
+
+TIMING = {"wall_s", "cpu_s"}
+
+
+def _history(folder: Path) -> dict[str, dict]:
+    path = folder / "history.jsonl"
+    opener = open if path.exists() else gzip.open
+    path = path if path.exists() else folder / "history.jsonl.gz"
+    with opener(path, "rt") as f:
+        return {rec["run"]: rec for rec in map(json.loads, f)}
+
+
+def _runs(folder: Path) -> dict[str, dict]:
+    with open(folder / "runs.csv") as f:
+        return {row["run"]: row for row in csv.DictReader(f)}
+
+
+def _strip(x):
+    """The record without its timing fields, at every depth."""
+    if isinstance(x, dict):
+        return {k: _strip(v) for k, v in x.items() if k not in TIMING}
+    if isinstance(x, list):
+        return [_strip(v) for v in x]
+    return x
+
+
+def compare(kept: Path, other: Path) -> list[str]:
+    """One line per shared run: 'same' or what differs."""
+    hk, ho = _history(kept), _history(other)
+    rk, ro = _runs(kept), _runs(other)
+    lines = []
+    for run in sorted(set(hk) & set(ho)):
+        keys = sorted((set(hk[run]) | set(ho[run])) - TIMING)
+        diffs = [k for k in keys if _strip(hk[run].get(k)) != _strip(ho[run].get(k))]
+        diffs += [f"runs.csv:{k}" for k in rk[run] if k not in TIMING and rk[run][k] != ro[run].get(k)]
+        lines.append(f"{run}: " + ("same" if not diffs else "DIFFERS in " + ", ".join(diffs)))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kept", type=Path)
+    ap.add_argument("other", type=Path)
+    args = ap.parse_args(argv)
+    lines = compare(args.kept, args.other)
+    print("\n".join(lines) if lines else "no run in common")
+    same = sum(line.endswith(": same") for line in lines)
+    print(f"{same} of {len(lines)} shared runs identical (timing fields excepted)")
+    return 0 if lines and same == len(lines) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
