@@ -1,6 +1,6 @@
-"""Do two demo outputs agree on the runs they share? Every record of ``history.jsonl`` (each step's metrics, the
-evaluations, the consumed lags, the totals) and every row of ``runs.csv``, compared exactly, except the timing
-fields (``wall_s``, ``cpu_s``), for each run id found in both.
+"""Do two demo outputs agree on the runs they share? Every row of ``runs.csv`` and, where both outputs have one,
+every record of ``history.jsonl`` (each step's metrics, the evaluations, the consumed lags, the totals), compared
+exactly, except the timing fields (``wall_s``, ``cpu_s``), for each run id found in both.
 
     python tools/compare_demo_runs.py benchmarks/results/demo /tmp/fresh_out   # exit 1 on any difference
 """
@@ -18,11 +18,12 @@ TIMING = {"wall_s", "cpu_s"}
 
 
 def _history(folder: Path) -> dict[str, dict]:
-    path = folder / "history.jsonl"
-    opener = open if path.exists() else gzip.open
-    path = path if path.exists() else folder / "history.jsonl.gz"
-    with opener(path, "rt") as f:
-        return {rec["run"]: rec for rec in map(json.loads, f)}
+    """The history records by run id; none where the output has no history (``--quick`` writes none)."""
+    for path, opener in ((folder / "history.jsonl", open), (folder / "history.jsonl.gz", gzip.open)):
+        if path.exists():
+            with opener(path, "rt") as f:
+                return {rec["run"]: rec for rec in map(json.loads, f)}
+    return {}
 
 
 def _runs(folder: Path) -> dict[str, dict]:
@@ -44,8 +45,8 @@ def compare(kept: Path, other: Path) -> list[str]:
     hk, ho = _history(kept), _history(other)
     rk, ro = _runs(kept), _runs(other)
     lines = []
-    for run in sorted(set(hk) & set(ho)):
-        keys = sorted((set(hk[run]) | set(ho[run])) - TIMING)
+    for run in sorted(set(rk) & set(ro)):
+        keys = sorted((set(hk.get(run, {})) | set(ho.get(run, {}))) - TIMING) if run in hk and run in ho else []
         diffs = [k for k in keys if _strip(hk[run].get(k)) != _strip(ho[run].get(k))]
         diffs += [f"runs.csv:{k}" for k in rk[run] if k not in TIMING and rk[run][k] != ro[run].get(k)]
         lines.append(f"{run}: " + ("same" if not diffs else "DIFFERS in " + ", ".join(diffs)))

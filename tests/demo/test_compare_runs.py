@@ -26,3 +26,11 @@ def test_timing_may_differ_and_nothing_else(tmp_path, capsys):
     assert C.main([str(kept), str(_out(tmp_path / "same", 0.45, 99.0))]) == 0
     assert C.main([str(kept), str(_out(tmp_path / "other", 0.46, 10.0))]) == 1
     assert "DIFFERS in runs.csv:final" in capsys.readouterr().out
+
+
+def test_outputs_without_history_compare_their_runs_csv(tmp_path):
+    """``--quick`` writes no history.jsonl: the rows of runs.csv are still compared."""
+    kept = _out(tmp_path / "kept", 0.45, 10.0)
+    (kept / "history.jsonl").unlink()
+    assert C.main([str(kept), str(_out(tmp_path / "same", 0.45, 99.0))]) == 0
+    assert C.main([str(kept), str(_out(tmp_path / "other", 0.46, 10.0))]) == 1
