@@ -1,4 +1,5 @@
-"""The names SAT's diagnostics (:data:`sat_ext.core.METRIC_KEYS`) are logged under, per framework.
+"""The names SAT's diagnostics (:data:`sat_ext.core.METRIC_KEYS`) are logged under in verl (OpenRLHF's
+``sat_<key>`` names are :data:`sat_ext.openrlhf.loss.METRIC_NAMES`).
 
 verl: ``actor/sat/<key>``, except the three keys verl's own losses report, which keep verl's names
 (``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``, ``actor/ppo_kl``); the verl adapter and the CPU demo (which
