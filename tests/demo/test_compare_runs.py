@@ -34,3 +34,14 @@ def test_outputs_without_history_compare_their_runs_csv(tmp_path):
     (kept / "history.jsonl").unlink()
     assert C.main([str(kept), str(_out(tmp_path / "same", 0.45, 99.0))]) == 0
     assert C.main([str(kept), str(_out(tmp_path / "other", 0.46, 10.0))]) == 1
+
+
+def test_a_differing_history_names_its_metrics(tmp_path, capsys):
+    """The line names each per-step metric that differs, in how many steps, and by how much (relative)."""
+    kept = _out(tmp_path / "kept", 0.45, 10.0)
+    other = _out(tmp_path / "other", 0.45, 10.0)
+    rec = json.loads((other / "history.jsonl").read_text())
+    rec["history"] = [{"step": 1.0, "loss": 0.5 * (1 + 2e-6)}]
+    (other / "history.jsonl").write_text(json.dumps(rec) + "\n")
+    assert C.main([str(kept), str(other)]) == 1
+    assert "DIFFERS in history: loss (1 of 1 steps, max rel 2e-06)" in capsys.readouterr().out
