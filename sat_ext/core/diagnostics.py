@@ -46,11 +46,18 @@ SUM_NAMES = (
     "deficit_signed_sum",  # sum over the gate of (1 - c) sign(d)
     "n_unclamped",  # active tokens whose |log-ratio| is at most 20
     "abs_log_ratio_sum",  # sum of |log r_tok| (Eq. 52)
-    "neg_n_clipped",  # -#{-A clip(r) > -A r} (verl's pg_clipfrac), a sum of -1 indicators
-    "neg_n_nominal_clipped",  # clipped by the nominal interval too (SAT's lies inside it)
-    "neg_n_dual_clipped",  # -#dual-clipped, only with a dual clip (the vector is one shorter without)
+    "n_clipped",  # #{-A clip(r) > -A r} (verl's pg_clipfrac)
+    "n_nominal_clipped",  # clipped by the nominal interval too (SAT's lies inside it)
+    "n_dual_clipped",  # dual-clipped, only with a dual clip (the vector is one shorter without)
 )
 """The sums one loss call measures, in the order of the float32 vector :func:`metric_vector` takes."""
+
+GATE_ROWS = SUM_NAMES[6:10]
+"""The sums over the gate scope (each a row of the loss's metric product)."""
+TOKEN_ROWS = SUM_NAMES[6:]
+"""The sums token SAT takes in one matrix-vector product with the active mask (the gate scope is the tokens)."""
+GSPO_TOKEN_ROWS = SUM_NAMES[10:]
+"""The per-token sums SAT-GSPO takes in one matrix-vector product with the active mask."""
 
 
 def _row(one: float = 0.0, **coef: float) -> list[float]:
@@ -84,12 +91,12 @@ def _coefficients(eps_low: float, eps_high: float, dual: bool, device: torch.dev
         "contraction_min": (_row(contraction_min=1.0), _row(), 0.0),
         "abs_log_ratio_mean": (_row(score_abs_sum=1.0), _row(n_scope=1.0), 0.0),
         "d_pi": (_row(abs_log_ratio_sum=1.0), per_token, 0.0),
-        "newly_clipped_frac": (_row(neg_n_clipped=-1.0, neg_n_nominal_clipped=1.0), per_token, 0.0),
+        "newly_clipped_frac": (_row(n_clipped=1.0, n_nominal_clipped=-1.0), per_token, 0.0),
         "nonfinite_frac": (_row(n_input=1.0, n_active=-1.0), _row(n_input=1.0), 0.0),
         "log_ratio_clamped_frac": (_row(n_active=1.0, n_unclamped=-1.0), per_token, 0.0),
         "empty_microbatch": (_row(n_active=-1.0), per_token, 1.0),
-        "pg_clipfrac": (_row(neg_n_clipped=-1.0), per_token, 0.0),
-        "pg_clipfrac_lower": (_row(neg_n_dual_clipped=-1.0), per_token, 0.0),
+        "pg_clipfrac": (_row(n_clipped=1.0), per_token, 0.0),
+        "pg_clipfrac_lower": (_row(n_dual_clipped=1.0), per_token, 0.0),
         "ppo_kl": (_row(kl_log_ratio_sum=-1.0), per_token, 0.0),
     }
     table = torch.tensor([rows[k][0] for k in METRIC_KEYS] + [rows[k][1] for k in METRIC_KEYS], device=device)

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from .config import GSPO_LOG_RATIO_MAX, LOG_RATIO_CLAMP, SATConfig
-from .diagnostics import METRIC_KEYS, metric_dict, metric_vector
+from .diagnostics import GATE_ROWS, GSPO_TOKEN_ROWS, METRIC_KEYS, TOKEN_ROWS, metric_dict, metric_vector
 from .quantile import global_masked_quantile, quantile_of_zeroed, weighted_quantile
 from .scalars import scalar
 from .surrogate import SurrogateInput, attach, surrogate_part
@@ -171,7 +171,7 @@ def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_lo
         weights = weights.nan_to_num(0.0, 0.0, 0.0)
     if ref_raw is not None:
         ref_raw.nan_to_num_(0.0, 0.0, 0.0)
-    mask_f = mask.float()
+    mask_f = mask.view(torch.uint8).float()  # (a vectorised conversion; bool -> float is not)
     return _Inputs(
         lp=lp,
         raw=raw.nan_to_num_(0.0, 0.0, 0.0),
@@ -208,11 +208,6 @@ def _threshold(
     return quantile_of_zeroed(_flat(abs_active), n, cfg.quantile, cfg.quantile_rule)
 
 
-def _deficit(g: Gate) -> torch.Tensor:
-    """1 - c on the gate, 0 off it (Table 10's contraction deficit)."""
-    return torch.sub(_ONE, g.c)
-
-
 def _c_min(g: Gate) -> torch.Tensor:
     """min c over (a part of) the gate scope, 1 off the gate (and for no entry at all)."""
     return g.c.amin() if g.c.numel() else g.c.new_ones(())
@@ -222,6 +217,7 @@ def _clip_nominal(ratio: torch.Tensor, cfg: SATConfig) -> torch.Tensor:
     return ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
 
 
+_ABS_D, _ABS_RAW = TOKEN_ROWS.index("score_abs_sum"), TOKEN_ROWS.index("abs_log_ratio_sum")
 CHUNK = 1 << 15
 GSPO_TOKEN_QUANTILE_MAX = 1 << 14
 """SAT-GSPO's broadcast gate takes the token quantile of the broadcast scores up to this many entries (fewer ops)
@@ -283,25 +279,48 @@ class _TokenPass:
 
 
 def _token_part(
-    t: _TokenPass, q: torch.Tensor, cfg: SATConfig, loss: torch.Tensor | None = None, coef: torch.Tensor | None = None
+    t: _TokenPass,
+    q: torch.Tensor,
+    cfg: SATConfig,
+    rows: torch.Tensor,
+    loss: torch.Tensor | None = None,
+    coef: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eq. 15-19 on (a part of) the tokens: the loss and the gradient coefficient (into ``loss`` / ``coef`` when
-    given), the active-token sums of :data:`SUM_NAMES` score_abs_sum .. the clip counts, and min c."""
-    g = gate(t.score, t.abs_active, q, cfg)
+    given), the active-token sums of :data:`TOKEN_ROWS` and min c. ``rows`` (one float32 row per sum, the part's
+    shape) holds |d| on the active tokens and |log-ratio| in its score_abs_sum and abs_log_ratio_sum rows; the
+    other rows are written here."""
+    abs_active, gated, deficit, deficit_signed, unclamped, abs_raw, *clip_counts = rows.unbind(0)
+    g = gate(t.score, abs_active, q, cfg, out=gated)
     ratio = t.d.exp()
-    passes = torch.le(t.abs_raw, _CLAMP).float()  # the clamp's gradient gate, as verl's vanilla
+    passes = torch.le(abs_raw, _CLAMP, out=unclamped)  # the clamp's gradient gate, as verl's vanilla
     s = _surrogate_input(ratio, t.adv, g, t.act, torch.mul(passes, ratio), t.weights, cfg)
-    loss, coef, indicators = surrogate_part(s, loss, coef)
-    deficit = _deficit(g)
-    rows = torch.stack([t.abs_active, g.gated, deficit, deficit * g.sign, passes, t.abs_raw, *indicators])
+    loss, coef, _ = surrogate_part(s, loss, coef, clip_counts)
+    torch.mul(torch.sub(_ONE, g.c, out=deficit), g.sign, out=deficit_signed)
     return loss, coef, torch.mv(rows.view(len(rows), -1), t.act.view(-1)), _c_min(g)
 
 
-def _token_sums(abs_raw: torch.Tensor, indicators: list[torch.Tensor], act: torch.Tensor) -> torch.Tensor:
-    """The active-token sums of :data:`SUM_NAMES` n_unclamped .. the clip counts (the log-ratio clamp's gate
-    made here, part by part)."""
-    rows = torch.stack([torch.le(abs_raw, _CLAMP).float(), abs_raw, *indicators])
-    return torch.mv(rows.view(len(rows), -1), act.view(-1))
+def _rows(names: tuple[str, ...], like: torch.Tensor, cfg: SATConfig | None = None) -> torch.Tensor:
+    """Uninitialised float32 rows of ``like``'s shape, one per sum of ``names`` (less the dual-clip count when
+    ``cfg`` has no dual clip), written in place by the pass and then reduced at once (no stacking copy)."""
+    n = len(names) - (cfg is not None and cfg.dual_clip is None)
+    return torch.empty((n, *like.shape), dtype=torch.float32, device=like.device)
+
+
+def _gspo_token_part(
+    raw: torch.Tensor,
+    s: SurrogateInput,
+    cfg: SATConfig,
+    loss: torch.Tensor | None = None,
+    coef: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SAT-GSPO's surrogate on (a part of) the tokens (into ``loss`` / ``coef`` when given) and the active-token
+    sums of :data:`GSPO_TOKEN_ROWS` from the part's log-ratio ``raw`` (the log-ratio clamp's gate made here)."""
+    rows = _rows(GSPO_TOKEN_ROWS, raw, cfg)
+    unclamped, abs_raw, *clip_counts = rows.unbind(0)
+    torch.le(torch.abs(raw, out=abs_raw), _CLAMP, out=unclamped)
+    loss, coef, _ = surrogate_part(s, loss, coef, clip_counts)
+    return loss, coef, torch.mv(rows.view(len(rows), -1), s.active.view(-1))
 
 
 # ----------------------------------------------------------------------------------------------- the losses
@@ -321,23 +340,32 @@ def sat_token_loss(
     with torch.no_grad():
         x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
         act = x.active
-        abs_raw = x.raw.abs()
+        chunks = _chunks(act.shape[0], act.device, act.numel() // max(act.shape[0], 1))
+        # one call's rows for the metric product, or the whole call's |d| and |log-ratio| copied into each part's
+        rows = _rows(TOKEN_ROWS, act, cfg) if chunks is None else None
+        abs_raw = torch.abs(x.raw, out=None if rows is None else rows[_ABS_RAW])
         n_active = act.sum()
         d = x.raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # Eq. 13 (x.raw is this call's own tensor)
         kl_sum = torch.mul(d, act).sum()  # clamped and summed as verl's vanilla does for ppo_kl, bit for bit
+        abs_out = None if rows is None else rows[_ABS_D]
         if x.ref_raw is None:
-            score, abs_active = d, abs_raw.clamp_max(LOG_RATIO_CLAMP).mul_(act)
+            score, abs_active = d, torch.clamp_max(abs_raw, LOG_RATIO_CLAMP, out=abs_out).mul_(act)
         else:
             score = x.ref_raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            abs_active = score.abs().mul_(act)
+            abs_active = torch.abs(score, out=abs_out).mul_(act)
         q = _threshold(abs_active, act, n_active, cfg, group)
         t = _TokenPass(score, abs_active, d, act, abs_raw, x.adv, x.weights)
-        chunks = _chunks(d.shape[0], d.device, d.numel() // max(d.shape[0], 1))
         if chunks is None:
-            loss, coef, part_sums, c_min = _token_part(t, q, cfg)
+            loss, coef, part_sums, c_min = _token_part(t, q, cfg, rows)
         else:
             loss, coef = torch.empty_like(d), torch.empty_like(d)
-            parts = [_token_part(t.part(sl), q, cfg, loss[sl], coef[sl])[2:] for sl in chunks]
+            parts = []
+            for sl in chunks:
+                p = t.part(sl)
+                rows = _rows(TOKEN_ROWS, p.d, cfg)
+                rows[_ABS_D].copy_(p.abs_active)
+                rows[_ABS_RAW].copy_(p.abs_raw)
+                parts.append(_token_part(p, q, cfg, rows, loss[sl], coef[sl])[2:])
             part_sums = torch.stack([p[0] for p in parts]).sum(0)
             c_min = torch.stack([p[1] for p in parts]).amin()
         sums = torch.cat([torch.stack([n_active, x.n_input, kl_sum, n_active, c_min, q]), part_sums])
@@ -345,8 +373,8 @@ def sat_token_loss(
     def details() -> Detail:
         g = gate(score, abs_active, q, cfg)
         ratio = d.exp()
-        _, _, indicators = surrogate_part(_surrogate_input(ratio, x.adv, g, act, None, None, cfg))
-        return Detail(ratio=ratio, region=g.region(cfg), clipped=indicators[0] < 0)
+        _, _, (clipped, *_) = surrogate_part(_surrogate_input(ratio, x.adv, g, act, None, None, cfg))
+        return Detail(ratio=ratio, region=g.region(cfg), clipped=clipped)
 
     return _result(attach(x.lp, loss, coef, x.adv, x.weights), sums, cfg, details)
 
@@ -372,38 +400,35 @@ def sat_gspo_loss(
         seq_len = n_seq.clamp(min=1.0)
         masked_raw = x.raw * act
         seq_log_ratio = masked_raw.sum(dim=-1, keepdim=True) / seq_len
-        abs_raw = x.raw.abs()
         n_active = n_seq.sum()
         kl_sum = masked_raw.sum()  # ppo_kl on the unclamped log-ratio, summed as verl's gspo does
         ref = x.raw if x.ref_raw is None else x.ref_raw
         gate_weights, token_mask = None, None
         if cfg.gspo_gate_level == "token":
             score = ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            abs_active = score.abs().mul_(act)
-            q = _threshold(abs_active, act, n_active, cfg, group)
-            n_scope = n_active
         else:
             seq_ref = seq_log_ratio if x.ref_raw is None else (x.ref_raw * act).sum(dim=-1, keepdim=True) / seq_len
             score = seq_ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            abs_active = score.abs()  # 0 for a response without active tokens (a sum over none, over 1)
-            if cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
-                if cfg.gate_scope == "micro" and act.numel() <= GSPO_TOKEN_QUANTILE_MAX:  # the token quantile
-                    q = quantile_of_zeroed(
-                        torch.mul(abs_active, act).view(-1), n_active, cfg.quantile, cfg.quantile_rule
-                    )
-                else:  # less work: one score per response, counted n_i times (the same value)
-                    q = _threshold(
-                        abs_active, torch.gt(n_seq, _ZERO).float(), n_active, cfg, group, counts=n_seq.long()
-                    )
-                gate_weights, token_mask, n_scope = n_seq, act, n_active
-            else:  # "sequence": one score per response, quantile over responses
-                has_tokens = torch.gt(n_seq, _ZERO).float()
-                n_scope = has_tokens.sum()
-                q = _threshold(abs_active, has_tokens, n_scope, cfg, group)
-        g = gate(score, abs_active, q, cfg)
-        deficit = _deficit(g)
-        gate_rows = torch.stack([abs_active, g.gated, deficit, deficit * g.sign]).view(4, -1)
-        # SUM_NAMES score_abs_sum .. deficit_signed_sum, each entry counted once or n_i times
+        gate_rows = _rows(GATE_ROWS, score)
+        abs_active, gated, deficit, deficit_signed = gate_rows.unbind(0)
+        torch.abs(score, out=abs_active)  # a response without active tokens: 0 (a sum over none, over 1)
+        if cfg.gspo_gate_level == "token":
+            q = _threshold(abs_active.mul_(act), act, n_active, cfg, group)
+            n_scope = n_active
+        elif cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
+            if cfg.gate_scope == "micro" and act.numel() <= GSPO_TOKEN_QUANTILE_MAX:  # the token quantile
+                q = quantile_of_zeroed(torch.mul(abs_active, act).view(-1), n_active, cfg.quantile, cfg.quantile_rule)
+            else:  # less work: one score per response, counted n_i times (the same value)
+                q = _threshold(abs_active, torch.gt(n_seq, _ZERO).float(), n_active, cfg, group, counts=n_seq.long())
+            gate_weights, token_mask, n_scope = n_seq, act, n_active
+        else:  # "sequence": one score per response, quantile over responses
+            has_tokens = torch.gt(n_seq, _ZERO).float()
+            n_scope = has_tokens.sum()
+            q = _threshold(abs_active, has_tokens, n_scope, cfg, group)
+        g = gate(score, abs_active, q, cfg, out=gated)
+        torch.mul(torch.sub(_ONE, g.c, out=deficit), g.sign, out=deficit_signed)
+        gate_rows = gate_rows.view(len(GATE_ROWS), -1)
+        # each entry counted once or n_i times
         gate_sums = gate_rows.sum(1) if gate_weights is None else torch.mv(gate_rows, gate_weights.view(-1))
         if ratio_form == "token":
             ratio = torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX).exp_()
@@ -418,19 +443,14 @@ def sat_gspo_loss(
         chunks = _chunks(act.shape[0], act.device, act.shape[-1])
         if chunks is None:
             s = _surrogate_input(ratio, x.adv, g, act, dratio_dx, x.weights, cfg)
-            loss, coef, indicators = surrogate_part(s)
-            token_sums = _token_sums(abs_raw, indicators, act)
+            loss, coef, token_sums = _gspo_token_part(x.raw, s, cfg)
         else:
             loss, coef = torch.empty_like(x.adv), torch.empty_like(x.adv)
             token_sums = []
             for sl in chunks:
                 gp = Gate(q=q, d=g.d[sl], sign=g.sign[sl], gated=g.gated[sl], c=g.c[sl])
-                act_part = act[sl]
-                s = _surrogate_input(
-                    ratio[sl], x.adv[sl], gp, act_part, _part(dratio_dx, sl), _part(x.weights, sl), cfg
-                )
-                _, _, indicators = surrogate_part(s, loss[sl], coef[sl])
-                token_sums.append(_token_sums(abs_raw[sl], indicators, act_part))
+                s = _surrogate_input(ratio[sl], x.adv[sl], gp, act[sl], _part(dratio_dx, sl), _part(x.weights, sl), cfg)
+                token_sums.append(_gspo_token_part(x.raw[sl], s, cfg, loss[sl], coef[sl])[2])
             token_sums = torch.stack(token_sums).sum(0)
         head = torch.stack([n_active, x.n_input, kl_sum, n_scope, _c_min(g), q])
         sums = torch.cat([head, gate_sums, token_sums])  # in SUM_NAMES order
@@ -455,7 +475,7 @@ def sat_gspo_loss(
                 gated=region.gated.squeeze(-1),
                 q=q,
             )
-        _, _, indicators = surrogate_part(_surrogate_input(ratio, x.adv, g, act, None, None, cfg))
-        return Detail(ratio=ratio.expand(act.shape), region=region, clipped=indicators[0] < 0)
+        _, _, (clipped, *_) = surrogate_part(_surrogate_input(ratio, x.adv, g, act, None, None, cfg))
+        return Detail(ratio=ratio.expand(act.shape), region=region, clipped=clipped)
 
     return _result(attach(target, loss, coef, x.adv, x.weights), sums, cfg, details)

@@ -16,6 +16,9 @@ selected values is the one of rank s from the top among all N entries. That entr
 
 * ``torch.topk`` of the static size ``s_max + 1`` (s_max: the largest rank any n <= N can give, about
   (1 - level) N) and an index at the tensor rank, for N <= :data:`TOPK_MAX_NUMEL`;
+* one ``torch.kthvalue`` at the static rank s_max from the top, for one rank s and N <= :data:`KTH_MAX_NUMEL`:
+  s_max - s of the zeros are first raised to the largest float (there are that many: at least the N - n
+  unselected entries, and s_max - s <= N - n), which puts the entry of rank s at rank s_max;
 * radix selection above: the float32 bit pattern is monotone in the value for non-negative floats, so a
   histogram of the high 16 bits (scatter-added into a fixed 32,768 bins) picks the bin, a histogram of the
   low 16 bits of that bin's entries the value; equal, bit for bit, to ``torch.kthvalue`` on the selection.
@@ -41,8 +44,14 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from .scalars import scalar
+
 RULES = ("inverse_cdf", "linear")
-TOPK_MAX_NUMEL = 1 << 15  # up to this many entries torch.topk is the faster selection (tools/ab_core.py)
+# The selections' ranges, each where it is the fastest on the CPU (benchmarks/results/ab_core_select_cpu.md)
+TOPK_MAX_NUMEL = 1 << 14
+KTH_MAX_NUMEL = 1 << 16
+_FLOAT_MAX = torch.finfo(torch.float32).max
+_ZERO = scalar(0.0)
 _HI_BINS = 1 << 15  # non-negative float32: the sign bit is 0, so the high 16 bits are < 2^15
 _LO_BINS = 1 << 16
 _INT64_MAX = (1 << 63) - 1
@@ -150,9 +159,14 @@ class _Radix:
 
 
 def _largest(y: torch.Tensor, s: torch.Tensor, s_max: int) -> torch.Tensor:
-    """The entries of ranks ``s`` from the top (0 = the largest, each <= s_max) of the flat float32 ``y``."""
+    """The entries of ranks ``s`` from the top (0 = the largest, each <= s_max) of the flat non-negative
+    float32 ``y``."""
     if y.numel() <= TOPK_MAX_NUMEL:
         return torch.take(torch.topk(y, min(s_max + 1, y.numel())).values, s)  # (a 0-d index would be read back)
+    if s.dim() == 0 and y.numel() <= KTH_MAX_NUMEL:
+        zero = torch.eq(y, _ZERO, out=torch.empty_like(y))  # 0/1 (a float output is vectorised, a bool one not)
+        raised = torch.le(zero.cumsum(0), s_max - s, out=torch.empty_like(y)).mul_(zero)  # the first s_max - s
+        return torch.kthvalue(torch.add(y, raised, alpha=_FLOAT_MAX), y.numel() - s_max).values
     radix = _Radix(y)
     hist, _ = radix.high_histogram()
     return radix.select(hist, s)

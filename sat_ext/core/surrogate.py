@@ -47,27 +47,30 @@ class SurrogateInput:
 
 
 def surrogate_part(
-    s: SurrogateInput, loss: torch.Tensor | None = None, coef: torch.Tensor | None = None
+    s: SurrogateInput,
+    loss: torch.Tensor | None = None,
+    coef: torch.Tensor | None = None,
+    counts: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """The per-token loss (times the weights) and ``-(dr/dx) K`` (the advantages' shape), written into ``loss``
-    and ``coef`` when given (slices of a call's outputs), and the indicators of the clip metrics: -1 where
-    clipped (A cr < A r, verl's pg_clipfrac), -1 where clipped by the nominal interval too, -1 where
-    dual-clipped (with a dual clip); 0 elsewhere."""
+    and ``coef`` when given (slices of a call's outputs), and the 0/1 indicators the clip metrics count,
+    written into ``counts`` when given (float32 rows of the metric product): clipped (A cr < A r, verl's
+    pg_clipfrac), clipped by the nominal interval too (A clip(r, 1 - eps_low, 1 + eps_high) < A r), and, with a
+    dual clip, dual-clipped (min(A r, A cr) < -|A| C)."""
     a, r, cr = s.adv, s.ratio, s.clipped
+    out = counts or [None] * 3
     p1, p2 = a * r, a * cr
     u = torch.minimum(p1, p2)
-    clip_sign = torch.sub(p2, p1).sign_()  # -1: clipped
-    k = torch.add(clip_sign, torch.eq(cr, r)).add_(_ONE)  # 2 K_clip
-    indicators = [clip_sign.clamp_max(0.0), torch.mul(a, s.clipped_nominal).sub_(p1).sign_().clamp_max_(0.0)]
+    k = torch.sub(p2, p1).sign_().add_(torch.eq(cr, r, out=u.new_empty(0))).add_(_ONE)  # 2 K_clip (a float eq)
+    indicators = [torch.lt(p2, p1, out=out[0]), torch.lt(torch.mul(a, s.clipped_nominal), p1, out=out[1])]
     if s.dual_clip is None:
         loss = torch.neg(u, out=loss)
         scale = -0.5
     else:
         p3 = a.abs().mul_(scalar(-s.dual_clip))
-        dual_sign = torch.sub(u, p3).sign_()
-        indicators.append(dual_sign.clamp_max(0.0))
+        indicators.append(torch.lt(u, p3, out=out[2]))
+        k.mul_(torch.sub(u, p3).sign_().add_(_ONE))  # 4 K
         loss = torch.maximum(u, p3, out=loss).neg_()
-        k.mul_(dual_sign.add_(_ONE))  # 4 K
         scale = -0.25
     if s.dratio_dx is None:
         coef = torch.mul(k, scalar(scale), out=coef)

@@ -106,10 +106,13 @@ def gate_threshold(
     )
 
 
-def gate(d: torch.Tensor, abs_active: torch.Tensor, q: torch.Tensor, cfg: SATConfig) -> Gate:
+def gate(
+    d: torch.Tensor, abs_active: torch.Tensor, q: torch.Tensor, cfg: SATConfig, out: torch.Tensor | None = None
+) -> Gate:
     """Eq. 15-16 for the detached, finite score ``d`` given ``abs_active`` = |d| on the active entries and 0
-    elsewhere, and the threshold q (Eq. 14)."""
-    gated = torch.gt(abs_active, torch.where(q > scalar(0.0), q, scalar(torch.inf))).float()  # Eq. 16, q > 0
+    elsewhere, and the threshold q (Eq. 14); the 0/1 gate is written into ``out`` (float32) when given."""
+    threshold = torch.where(q > scalar(0.0), q, scalar(torch.inf))  # Eq. 16, q > 0
+    gated = torch.gt(abs_active, threshold, out=out) if out is not None else torch.gt(abs_active, threshold).float()
     q_safe = q.clamp_min(_TINY)  # the kernel is evaluated everywhere and kept on the gate only: finite for
     # every entry of the paper's hill form, for the others once |d| is raised to q
     x = abs_active if cfg.kernel == "hill" else abs_active.clamp_min(q_safe)

@@ -1,12 +1,12 @@
 """The fast path's size-dependent choices give the same results as the small-size ones.
 
 * The per-token pass in parts (``losses.CHUNK`` entries at a time on the CPU, above 32K tokens), with the
-  large-call quantiles (radix selection; SAT-GSPO's from one score per response): loss and gradient equal,
+  large-call quantiles (kth-value or radix selection; SAT-GSPO's from one score per response): loss and gradient equal,
   bit for bit, the small-call pass on the same batch, the metrics to float32 rounding (their sums add up per
   part), the details (ratio, region, clip mask) equal.
-* The quantile's radix selection (above ``quantile.TOPK_MAX_NUMEL`` entries) equals ``torch.topk``'s, bit
-  for bit, for both rules, ties, zeros and every scale; and the rank arithmetic of a level with many digits
-  (the remainder-corrected path) is exact.
+* The quantile's kth-value and radix selections (above ``quantile.TOPK_MAX_NUMEL`` entries) equal
+  ``torch.topk``'s, bit for bit, for both rules, ties, zeros and every scale; and the rank arithmetic of a
+  level with many digits (the remainder-corrected path) is exact.
 """
 
 from __future__ import annotations
@@ -34,6 +34,13 @@ def _run(kind: str, form: str | None, batch, cfg, weights):
     return out, g
 
 
+def _select(m: pytest.MonkeyPatch, selection: str) -> None:
+    """Route every local quantile (any size) to the kth-value selection (the linear rule's two ranks: radix) or
+    to the radix selection."""
+    m.setattr(quantile, "TOPK_MAX_NUMEL", 0)
+    m.setattr(quantile, "KTH_MAX_NUMEL", 1 << 62 if selection == "kth" else 0)
+
+
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
@@ -43,15 +50,16 @@ def _run(kind: str, form: str | None, batch, cfg, weights):
     chunk=st.integers(1, 12),
     kind=st.sampled_from(["token", "gspo-token", "gspo-sequence"]),
     weighted=st.booleans(),
+    selection=st.sampled_from(["kth", "radix"]),
 )
-def test_parts_equal_one_part(monkeypatch, batch, cfg, chunk, kind, weighted):
+def test_parts_equal_one_part(monkeypatch, batch, cfg, chunk, kind, weighted, selection):
     w = torch.rand(batch.mask.shape, generator=torch.Generator().manual_seed(2)) * 2 if weighted else None
     k, form = (kind, None) if kind == "token" else ("gspo", kind.split("-")[1])
     one, g_one = _run(k, form, batch, cfg, w)
-    with monkeypatch.context() as m:  # parts, and the large-call quantiles (radix; SAT-GSPO's per response)
+    with monkeypatch.context() as m:  # parts, and the large-call quantiles (kth or radix; SAT-GSPO's per response)
         m.setattr(losses, "CHUNK", chunk)
         m.setattr(losses, "GSPO_TOKEN_QUANTILE_MAX", 0)
-        m.setattr(quantile, "TOPK_MAX_NUMEL", 0)
+        _select(m, selection)
         parts, g_parts = _run(k, form, batch, cfg, w)
     assert torch.equal(one.loss_mat, parts.loss_mat) and torch.equal(g_one, g_parts)
     assert torch.allclose(one.metric_vector, parts.metric_vector, rtol=1e-6, atol=1e-6)
@@ -70,8 +78,9 @@ _vals = st.floats(0, 1e4, width=32, allow_subnormal=False)
     level=st.floats(0.001, 0.999),
     rule=st.sampled_from(["inverse_cdf", "linear"]),
     scale=st.sampled_from([1e-30, 1e-3, 1.0, 1e30]),
+    selection=st.sampled_from(["kth", "radix"]),
 )
-def test_radix_selection_equals_topk(monkeypatch, data, n, level, rule, scale):
+def test_selections_equal_topk(monkeypatch, data, n, level, rule, scale, selection):
     values = torch.tensor(data.draw(st.lists(_vals, min_size=n, max_size=n)), dtype=torch.float32) * scale
     if data.draw(st.booleans()):  # duplicates and exact zeros
         values = values[torch.randint(0, n, (n,), generator=torch.Generator().manual_seed(n))]
@@ -79,9 +88,9 @@ def test_radix_selection_equals_topk(monkeypatch, data, n, level, rule, scale):
     mask = torch.tensor(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
     by_topk = masked_quantile(values, mask, level, rule)
     with monkeypatch.context() as m:
-        m.setattr(quantile, "TOPK_MAX_NUMEL", 0)
-        by_radix = masked_quantile(values, mask, level, rule)
-    assert torch.equal(by_topk, by_radix), (by_topk, by_radix)
+        _select(m, selection)
+        other = masked_quantile(values, mask, level, rule)
+    assert torch.equal(by_topk, other), (by_topk, other)
 
 
 @pytest.mark.parametrize("level", [0.1 + 0.2, 0.9000000000000001, 1 / 3, 0.0032759136178932367])
