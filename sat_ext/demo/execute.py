@@ -107,9 +107,15 @@ def default_cache_dir() -> Path:
     return Path(base) / "sat_ext" / "demo"
 
 
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+"""The environment variables that cap the vector instructions of torch's own kernels, MKL and oneDNN: set to
+AVX2 on an AVX512 machine they reproduce an AVX2 machine's emulated-engine runs bit for bit (docs/demo.md)."""
+
+
 def float_environment() -> dict[str, str]:
-    """What a warm start's floats depend on besides its settings: the torch / transformers versions and the
-    CPU's vector instructions torch dispatches to (AVX2, AVX512, ...) on this machine's architecture."""
+    """What a warm start's floats depend on besides its settings: the torch / transformers versions, the
+    CPU's vector instructions torch dispatches to (AVX2, AVX512, ...) on this machine's architecture, and the
+    :data:`ISA_VARIABLES` that are set."""
     import torch
     import transformers
 
@@ -118,6 +124,7 @@ def float_environment() -> dict[str, str]:
         "transformers": transformers.__version__,
         "machine": platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "isa_variables": " ".join(f"{k}={os.environ[k]}" for k in ISA_VARIABLES if k in os.environ) or "none",
     }
 
 

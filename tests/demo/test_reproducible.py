@@ -66,13 +66,20 @@ def test_the_warm_start_does_not_depend_on_the_callers_thread_count():
 
 
 def test_the_warm_start_cache_is_keyed_by_the_float_environment(monkeypatch):
+    for name in execute.ISA_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     spec = WarmStartSpec(seed=0)
     key = execute.warm_key(spec)
     assert key == execute.warm_key(WarmStartSpec(seed=0)) != execute.warm_key(WarmStartSpec(seed=1))
-    env = execute.float_environment()
-    assert env["cpu_capability"] and env["torch"] == torch.__version__
+    original = execute.float_environment
+    env = original()
+    assert env["cpu_capability"] and env["torch"] == torch.__version__ and env["isa_variables"] == "none"
     monkeypatch.setattr(execute, "float_environment", lambda: {**env, "cpu_capability": "OTHER"})
     assert execute.warm_key(spec) != key  # a cache file made on another CPU is not reused
+    monkeypatch.setattr(execute, "float_environment", original)
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    assert execute.float_environment()["isa_variables"] == "MKL_ENABLE_INSTRUCTIONS=AVX2"
+    assert execute.warm_key(spec) != key  # nor one made under another instruction-set cap
 
 
 TINY = [
