@@ -15,7 +15,7 @@ set to 0, below or level with every selected value, so the order statistic of ra
 selected values is the one of rank s from the top among all N entries. That entry is found by
 
 * ``torch.topk`` of the static size ``s_max + 1`` (s_max: the largest rank any n <= N can give, about
-  (1 - level) N) and an index at the tensor rank, for N <= :data:`TOPK_MAX_NUMEL`;
+  (1 - level) N) and an index at the tensor rank, for N <= :data:`TOPK_MAX_NUMEL` (or a caller's bound);
 * one ``torch.kthvalue`` at the static rank s_max from the top, for one rank s and N <= :data:`KTH_MAX_NUMEL`:
   s_max - s of the zeros are first raised to the largest float (there are that many: at least the N - n
   unselected entries, and s_max - s <= N - n), which puts the entry of rank s at rank s_max;
@@ -47,9 +47,9 @@ import torch.distributed as dist
 from .scalars import scalar
 
 RULES = ("inverse_cdf", "linear")
-# The selections' ranges, each where it is the fastest on the CPU (benchmarks/results/ab_core_select_cpu.md)
-TOPK_MAX_NUMEL = 1 << 14
-KTH_MAX_NUMEL = 1 << 16
+# The selections' ranges, each where SAT's loss is the fastest with it on the CPU (benchmarks/bench_select.py)
+TOPK_MAX_NUMEL = 1 << 11
+KTH_MAX_NUMEL = 1 << 14
 _FLOAT_MAX = torch.finfo(torch.float32).max
 _ZERO = scalar(0.0)
 _HI_BINS = 1 << 15  # non-negative float32: the sign bit is 0, so the high 16 bits are < 2^15
@@ -158,10 +158,10 @@ class _Radix:
         return ((b << 16) | low.clamp_max_(_LO_BINS - 1)).int().view(torch.float32).view(shape)
 
 
-def _largest(y: torch.Tensor, s: torch.Tensor, s_max: int) -> torch.Tensor:
+def _largest(y: torch.Tensor, s: torch.Tensor, s_max: int, topk_max: int | None = None) -> torch.Tensor:
     """The entries of ranks ``s`` from the top (0 = the largest, each <= s_max) of the flat non-negative
-    float32 ``y``."""
-    if y.numel() <= TOPK_MAX_NUMEL:
+    float32 ``y``, by topk up to ``topk_max`` entries (default :data:`TOPK_MAX_NUMEL`)."""
+    if y.numel() <= (TOPK_MAX_NUMEL if topk_max is None else topk_max):
         return torch.take(torch.topk(y, min(s_max + 1, y.numel())).values, s)  # (a 0-d index would be read back)
     if s.dim() == 0 and y.numel() <= KTH_MAX_NUMEL:
         zero = torch.eq(y, _ZERO, out=torch.empty_like(y))  # 0/1 (a float output is vectorised, a bool one not)
@@ -172,13 +172,16 @@ def _largest(y: torch.Tensor, s: torch.Tensor, s_max: int) -> torch.Tensor:
     return radix.select(hist, s)
 
 
-def quantile_of_zeroed(y: torch.Tensor, n: torch.Tensor, level: float, rule: str = "inverse_cdf") -> torch.Tensor:
+def quantile_of_zeroed(
+    y: torch.Tensor, n: torch.Tensor, level: float, rule: str = "inverse_cdf", topk_max: int | None = None
+) -> torch.Tensor:
     """The quantile of the n (a 0-d tensor) selected entries of the flat non-negative float32 ``y`` whose other
-    entries are 0 (the loss has ``y = |d| * active`` anyway)."""
+    entries are 0 (the loss has ``y = |d| * active`` anyway); ``topk_max`` moves the topk selection's upper
+    size (values repeated many times, as SAT-GSPO's broadcast scores, select faster by topk)."""
     if y.numel() == 0:
         return y.new_zeros(())
     s, frac = top_ranks(n, level, rule, y.numel())
-    return _interpolate(_largest(y, s, _s_max(y.numel(), level, rule)), frac)
+    return _interpolate(_largest(y, s, _s_max(y.numel(), level, rule), topk_max), frac)
 
 
 def _zeroed(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
