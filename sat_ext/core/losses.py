@@ -300,10 +300,10 @@ def _token_part(
     return loss, coef, torch.mv(rows.view(len(rows), -1), t.act.view(-1)), _c_min(g)
 
 
-def _rows(names: tuple[str, ...], like: torch.Tensor, cfg: SATConfig | None = None) -> torch.Tensor:
-    """Uninitialised float32 rows of ``like``'s shape, one per sum of ``names`` (less the dual-clip count when
-    ``cfg`` has no dual clip), written in place by the pass and then reduced at once (no stacking copy)."""
-    n = len(names) - (cfg is not None and cfg.dual_clip is None)
+def _rows(names: tuple[str, ...], like: torch.Tensor, cfg: SATConfig) -> torch.Tensor:
+    """Uninitialised float32 rows of ``like``'s shape, one per sum of ``names`` (less the dual-clip count without
+    a dual clip), written in place by the per-token pass and then reduced at once (no stacking copy)."""
+    n = len(names) - (cfg.dual_clip is None)
     return torch.empty((n, *like.shape), dtype=torch.float32, device=like.device)
 
 
@@ -406,29 +406,30 @@ def sat_gspo_loss(
         gate_weights, token_mask = None, None
         if cfg.gspo_gate_level == "token":
             score = ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            abs_active = score.abs().mul_(act)
+            q = _threshold(abs_active, act, n_active, cfg, group)
+            n_scope = n_active
         else:
             seq_ref = seq_log_ratio if x.ref_raw is None else (x.ref_raw * act).sum(dim=-1, keepdim=True) / seq_len
             score = seq_ref.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        gate_rows = _rows(GATE_ROWS, score)
-        abs_active, gated, deficit, deficit_signed = gate_rows.unbind(0)
-        torch.abs(score, out=abs_active)  # a response without active tokens: 0 (a sum over none, over 1)
-        if cfg.gspo_gate_level == "token":
-            q = _threshold(abs_active.mul_(act), act, n_active, cfg, group)
-            n_scope = n_active
-        elif cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
-            if cfg.gate_scope == "micro" and act.numel() <= GSPO_TOKEN_QUANTILE_MAX:  # the token quantile
-                scores = torch.mul(abs_active, act).view(-1)  # each response's repeated n_i times: topk is faster
-                q = quantile_of_zeroed(scores, n_active, cfg.quantile, cfg.quantile_rule, GSPO_TOKEN_QUANTILE_MAX)
-            else:  # less work: one score per response, counted n_i times (the same value)
-                q = _threshold(abs_active, torch.gt(n_seq, _ZERO).float(), n_active, cfg, group, counts=n_seq.long())
-            gate_weights, token_mask, n_scope = n_seq, act, n_active
-        else:  # "sequence": one score per response, quantile over responses
-            has_tokens = torch.gt(n_seq, _ZERO).float()
-            n_scope = has_tokens.sum()
-            q = _threshold(abs_active, has_tokens, n_scope, cfg, group)
-        g = gate(score, abs_active, q, cfg, out=gated)
-        torch.mul(torch.sub(_ONE, g.c, out=deficit), g.sign, out=deficit_signed)
-        gate_rows = gate_rows.view(len(GATE_ROWS), -1)
+            abs_active = score.abs()  # 0 for a response without active tokens (a sum over none, over 1)
+            if cfg.gspo_gate_level == "broadcast":  # Eq. 20: each response's score on its n_i tokens
+                if cfg.gate_scope == "micro" and act.numel() <= GSPO_TOKEN_QUANTILE_MAX:  # the token quantile
+                    scores = torch.mul(abs_active, act).view(-1)  # each response's n_i times: topk is the fastest
+                    q = quantile_of_zeroed(scores, n_active, cfg.quantile, cfg.quantile_rule, GSPO_TOKEN_QUANTILE_MAX)
+                else:  # less work: one score per response, counted n_i times (the same value)
+                    q = _threshold(
+                        abs_active, torch.gt(n_seq, _ZERO).float(), n_active, cfg, group, counts=n_seq.long()
+                    )
+                gate_weights, token_mask, n_scope = n_seq, act, n_active
+            else:  # "sequence": one score per response, quantile over responses
+                has_tokens = torch.gt(n_seq, _ZERO).float()
+                n_scope = has_tokens.sum()
+                q = _threshold(abs_active, has_tokens, n_scope, cfg, group)
+        g = gate(score, abs_active, q, cfg)
+        deficit = torch.sub(_ONE, g.c)
+        # GATE_ROWS, one per response (a stack of (B, 1) tensors costs less than a buffer's views)
+        gate_rows = torch.stack([abs_active, g.gated, deficit, deficit * g.sign]).view(len(GATE_ROWS), -1)
         # each entry counted once or n_i times
         gate_sums = gate_rows.sum(1) if gate_weights is None else torch.mv(gate_rows, gate_weights.view(-1))
         if ratio_form == "token":
