@@ -1,8 +1,8 @@
 """torch.profiler breakdown of one loss call (forward+backward) per case, through verl's registry.
 
-Writes ``results/profile_loss_<device>.md``: for each case the aten ops by self CPU time (the forward's and
-the backward's ops together), averaged over ``--reps`` calls, and the Python-level split (cProfile) of SAT's
-forward into sanitise / trust region / surrogate / diagnostics.
+Writes ``results/<stem>.md``: for each case the number of ATen ops one call dispatches and the aten ops by
+self CPU time (the forward's and the backward's ops together), averaged over ``--reps`` calls, and the
+Python-level split (cProfile) of SAT's forward into sanitise / trust region / surrogate / diagnostics.
 
     python tools/profile_loss.py --size 4M --cases vanilla,sat[micro]
 """
@@ -18,11 +18,24 @@ from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import _common as C  # noqa: E402
 import bench_loss as B  # noqa: E402
+
+
+class _OpCount(TorchDispatchMode):
+    """Counts the ATen ops one call dispatches below autograd (forward, backward, the metrics' copy)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
 
 
 def main(argv=None) -> None:
@@ -41,10 +54,12 @@ def main(argv=None) -> None:
     cases = [c for c in B.CASES if c.key in wanted]
     runner = B.Runner(cases, device)
     n = C.parse_size(args.size)
-    runner.set_inputs(B.make_inputs(n, 4096, device))
+    runner.set_inputs(B.make_inputs(n, B.row_length(n), device))  # bench_loss's micro-batch of n tokens
     sections = []
     for c in cases:
         runner.call(c, True)()
+        with _OpCount() as ops:
+            runner.call(c, True)()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(args.reps):
                 runner.call(c, True)()
@@ -63,7 +78,7 @@ def main(argv=None) -> None:
                 for e in top
             ],
         )
-        sections.append((f"{c.key}: {total:.1f} ms self CPU per forward+backward", body))
+        sections.append((f"{c.key}: {total:.2f} ms self CPU and {ops.n} ATen ops per forward+backward", body))
         if c.loss.startswith("sat"):
             pr = cProfile.Profile()
             pr.enable()
