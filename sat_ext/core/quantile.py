@@ -160,7 +160,8 @@ class _Radix:
 
 def _largest(y: torch.Tensor, s: torch.Tensor, s_max: int, topk_max: int | None = None) -> torch.Tensor:
     """The entries of ranks ``s`` from the top (0 = the largest, each <= s_max) of the flat non-negative
-    float32 ``y``, by topk up to ``topk_max`` entries (default :data:`TOPK_MAX_NUMEL`)."""
+    float32 ``y``: by topk up to ``topk_max`` entries (default :data:`TOPK_MAX_NUMEL`), then by one kthvalue (one
+    rank, up to :data:`KTH_MAX_NUMEL`), else by the radix selection."""
     if y.numel() <= (TOPK_MAX_NUMEL if topk_max is None else topk_max):
         return torch.take(torch.topk(y, min(s_max + 1, y.numel())).values, s)  # (a 0-d index would be read back)
     if s.dim() == 0 and y.numel() <= KTH_MAX_NUMEL:

@@ -53,8 +53,8 @@ def surrogate_part(
     counts: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """The per-token loss (times the weights) and ``-(dr/dx) K`` (the advantages' shape), written into ``loss``
-    and ``coef`` when given (slices of a call's outputs), and the 0/1 indicators the clip metrics count,
-    written into ``counts`` when given (float32 rows of the metric product): clipped (A cr < A r, verl's
+    and ``coef`` when given (slices of a call's outputs), and the indicators the clip metrics count, as
+    float32 0/1 written into ``counts`` when given (rows of the metric product), else bool: clipped (A cr < A r, verl's
     pg_clipfrac), clipped by the nominal interval too (A clip(r, 1 - eps_low, 1 + eps_high) < A r), and, with a
     dual clip, dual-clipped (min(A r, A cr) < -|A| C)."""
     a, r, cr = s.adv, s.ratio, s.clipped
