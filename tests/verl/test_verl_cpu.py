@@ -95,6 +95,25 @@ def test_every_patched_symbol_exists_in_the_pinned_versions():
     assert out.returncode == 0 and out.stdout.splitlines()[-1] == "ok", out.stderr[-2000:]
 
 
+def test_verls_post_processing_after_the_reload_sees_no_model():
+    """verl post-processes the models of ``_iter_all_models_with_config`` after the last bucket (that method's only
+    use in verl 0.9.1); the CPU extension's reload has processed them, and a second pass fails on AVX512-BF16
+    CPUs, so the extension yields none (the live verl smoke ran into it on such a machine)."""
+    code = textwrap.dedent(
+        """
+        import inspect
+        import verl
+        from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension as Base
+        from sat_ext.verl.cpu.vllm_worker import CPUWorkerExtension
+        users = [n for n, f in vars(Base).items() if callable(f) and n != "_iter_all_models_with_config"
+                 and "_iter_all_models_with_config" in inspect.getsource(f)]
+        print(users, list(CPUWorkerExtension._iter_all_models_with_config(object())))
+        """
+    )
+    out = _probe(code, SAT_EXT_VERL_CPU="1")
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "['update_weights_from_ipc'] []", out.stderr[-2000:]
+
+
 def test_the_checkpoint_engine_carries_every_tensor_from_actor_rank_0(tmp_path, monkeypatch):
     import torch
 

@@ -75,6 +75,13 @@ SUBCLASSED = (
         "_update_weights",
         "sat_ext.verl.cpu.vllm_worker.CPUWorkerExtension loads each received bucket with vLLM's reload_weights",
     ),
+    (
+        "verl.workers.rollout.vllm_rollout.utils",
+        "vLLMColocateWorkerExtension",
+        "_iter_all_models_with_config",
+        "CPUWorkerExtension yields no model for verl's post-processing after the last bucket (its only use in "
+        "verl 0.9.1): the reload has processed the weights, and a second pass fails on AVX512-BF16 CPUs",
+    ),
 )
 
 

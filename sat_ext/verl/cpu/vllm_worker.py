@@ -6,6 +6,13 @@ fails on vLLM 0.31's CPU build once its kernels have repacked the linear and MoE
 ``model_runner.reload_weights`` instead (which redoes the weight processing) and then redoes the CPU
 fused-MoE prepack that a reload skips (without it MoE outputs drift by ~1e-2). The received tensors are copied
 first: they are views into verl's shared-memory bucket, which verl closes after the last bucket.
+
+The reload has processed the weights, so verl's own processing after the last bucket (vLLM's
+``process_weights_after_loading`` on every model of :meth:`_iter_all_models_with_config`) must not run again: it
+is not idempotent on the CPU build. On a CPU with AVX512-BF16 it takes the linear layers' already removed
+weights for convolution weights and fails (``IndexError: Dimension out of range`` in
+``dispatch_cpu_unquantized_gemm``), which stopped every verl smoke variant there; on an AVX2 CPU it returned
+early. The subclass yields no model to post-process.
 Selected with ``actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls`` (a public key).
 """
 
@@ -31,3 +38,7 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
             kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
             if kernel is not None and hasattr(module, "w13_weight"):
                 kernel.fused_experts.process_weights_after_loading(module)
+
+    def _iter_all_models_with_config(self):
+        """No model to post-process after the last bucket: :meth:`_update_weights`'s reload has (module doc)."""
+        return iter(())
