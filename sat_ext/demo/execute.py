@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .isa import ISA_VARIABLES
 from .plan import Plan
 from .spec import RunResult, RunSpec, WarmStartSpec
 
@@ -107,15 +108,10 @@ def default_cache_dir() -> Path:
     return Path(base) / "sat_ext" / "demo"
 
 
-ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
-"""The environment variables that cap the vector instructions of torch's own kernels, MKL and oneDNN: set to
-AVX2 on an AVX512 machine they reproduce an AVX2 machine's emulated-engine runs bit for bit (docs/demo.md)."""
-
-
 def float_environment() -> dict[str, str]:
     """What a warm start's floats depend on besides its settings: the torch / transformers versions, the
     CPU's vector instructions torch dispatches to (AVX2, AVX512, ...) on this machine's architecture, and the
-    :data:`ISA_VARIABLES` that are set."""
+    instruction-set caps that are set (:data:`sat_ext.demo.isa.ISA_VARIABLES`)."""
     import torch
     import transformers
 

@@ -9,6 +9,7 @@ import torch
 from sat_ext.demo import cli, execute
 from sat_ext.demo.engines import Mismatch
 from sat_ext.demo.engines.vllm_engine import vllm_available
+from sat_ext.demo.isa import ISA_VARIABLES
 from sat_ext.demo.losses import default_settings, setting_for
 from sat_ext.demo.methods import parse_method
 from sat_ext.demo.spec import WarmStartSpec
@@ -66,7 +67,7 @@ def test_the_warm_start_does_not_depend_on_the_callers_thread_count():
 
 
 def test_the_warm_start_cache_is_keyed_by_the_float_environment(monkeypatch):
-    for name in execute.ISA_VARIABLES:
+    for name in ISA_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     spec = WarmStartSpec(seed=0)
     key = execute.warm_key(spec)

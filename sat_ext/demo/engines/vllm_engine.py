@@ -28,6 +28,7 @@ import tempfile
 
 import torch
 
+from ..isa import follow_aten_cap
 from .base import Mismatch, Rollout
 
 ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "bf16-native": "bfloat16"}
@@ -159,6 +160,7 @@ class VLLMEngine:
         check_mismatch(mismatch)
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its start-up log would bury the demo's progress
+        follow_aten_cap()  # under ATEN_CPU_CAPABILITY=avx2, vLLM's kernels too (docs/demo.md, Reproducibility)
         from vllm import LLM
 
         self.dtype = ENGINE_DTYPES[mismatch.engine]
