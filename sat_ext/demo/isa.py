@@ -51,10 +51,12 @@ def follow_aten_cap() -> bool:
     kernel library is loaded then). Returns whether it capped."""
     if not capped_below_avx512():
         return False
-    if any(name in sys.modules for name in ("vllm._C", "vllm._C_AVX512")):
+    import torch
+
+    if "vllm" in sys.modules and torch.cpu._is_avx512_supported is not _no:
         raise RuntimeError(
-            "ATEN_CPU_CAPABILITY caps torch below AVX512, but vLLM's AVX512 kernels are already loaded in this "
-            "process: start the demo in a fresh process"
+            "ATEN_CPU_CAPABILITY caps torch below AVX512, but vLLM was imported in this process before the cap "
+            "reached its CPU probes: start the demo in a fresh process"
         )
     cap_probes_in_this_process()
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
