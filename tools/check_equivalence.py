@@ -4,8 +4,8 @@
   torch) on finite inputs: per-token loss and the gradient of a weighted sum with respect to the log-probs to
   float32 rounding (relative 1e-6), q and the gate set exactly, the trust region's bounds to 1e-6.
 * ``--ref REV``: exactly (every value equal; NaN where the other has NaN; the sign of a zero is not compared)
-  against ``sat_ext/core`` of git revision REV loaded into a throw-away package: loss matrix at active
-  tokens, gradient of their loss, ratio, clip mask, trust region lo/hi/c/gated/q, every metric both cores
+  against ``sat_ext/core`` of git revision REV loaded into a throw-away package: loss matrix and clip mask at
+  active tokens, gradient of their loss, ratio, trust region lo/hi/c/gated/q, every metric both cores
   report, and the quantile functions (a guard for performance edits that must not change behaviour; inputs
   also with NaN/Inf).
 
@@ -145,7 +145,7 @@ def run_loss(core, which: str, cfg_dict: dict, inputs, ratio_form: str, w: torch
         "loss_mat": torch.where(mask, out.loss_mat.detach(), 0.0),
         "grad": lp.grad,
         "ratio": out.ratio.detach(),
-        "clipped": out.clipped,
+        "clipped": out.clipped & mask,  # at padding the framework masks it (the loss is 0 there)
         "lo": r.lo,
         "hi": r.hi,
         "c": r.c,

@@ -109,9 +109,8 @@ def metric_vector(sums: torch.Tensor, eps_low: float, eps_high: float) -> torch.
     """Every metric of :data:`METRIC_KEYS`, in that order, as one float32 vector, from the sums of
     :data:`SUM_NAMES` (a float32 vector in that order, without the last without a dual clip)."""
     coef, const, offset = _coefficients(eps_low, eps_high, sums.numel() == len(SUM_NAMES), sums.device)
-    ratio = torch.addmv(const, coef, sums)
-    k = len(METRIC_KEYS)
-    return ratio[:k].div_(ratio[k:].clamp_min_(1.0)).add_(offset)
+    num, den = torch.addmv(const, coef, sums).view(2, -1)
+    return torch.addcdiv(offset, num, den.clamp_min_(1.0))  # offset + num / max(den, 1)
 
 
 def metric_dict(vector: torch.Tensor) -> dict[str, torch.Tensor]:

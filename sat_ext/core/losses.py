@@ -85,7 +85,8 @@ class SATLossOutput:
 
     @property
     def clipped(self) -> torch.Tensor:
-        """SAT's clip mask, -A clip(r, lo, hi) > -A r (verl's pg_clipfrac), dense bool."""
+        """SAT's clip mask, -A clip(r, lo, hi) > -A r (verl's pg_clipfrac), dense bool (False off the active
+        tokens, whose advantage the loss takes as 0)."""
         return self._detail.clipped
 
 
@@ -98,6 +99,14 @@ def empty_microbatch_loss(loss_mat: torch.Tensor, mask: torch.Tensor) -> torch.T
     return torch.where(mask.bool(), loss_mat, 0.0).sum()
 
 
+def _graph_off() -> bool:
+    """Turns autograd off (the loss and its gradient share are computed without a graph) and returns the mode to
+    restore: ``torch.no_grad()`` less its per-call context objects, a few us of a 2K-token call."""
+    mode = torch.is_grad_enabled()
+    torch.set_grad_enabled(False)
+    return mode
+
+
 # ------------------------------------------------------------------------------------------------- inputs
 
 
@@ -108,7 +117,7 @@ class _Inputs:
 
     lp: torch.Tensor  # with its graph to log_prob
     raw: torch.Tensor  # sg(lp) - old, 0 where non-finite
-    adv: torch.Tensor  # 0 where any input of the token is non-finite
+    adv: torch.Tensor  # 0 where the token is inactive
     active: torch.Tensor  # 0/1 float32: the mask less the non-finite tokens
     n_input: torch.Tensor  # active tokens as given
     ref_raw: torch.Tensor | None  # sg(lp) - rollout, with proxy "rollout" only
@@ -137,7 +146,7 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 
 def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights) -> _Inputs:
     """Upcast to float32 and apply the non-finite policy, branch-free: ``x * 0`` is 0 for a finite x and NaN
-    otherwise, so one sum of such products marks every token with a non-finite input."""
+    otherwise, so the mask plus such products marks every token with a non-finite input."""
     mask = mask if mask.dtype == torch.bool else mask.bool()
     rollout = rollout_log_prob if cfg.proxy == "rollout" else None
     if cfg.proxy == "rollout" and rollout is None:
@@ -161,22 +170,22 @@ def _inputs(cfg: SATConfig, log_prob, old_log_prob, advantages, mask, rollout_lo
     raw = lp - _f32(old_log_prob)  # under no_grad: no graph
     ref_raw = None if rollout is None else lp - _f32(rollout)
     weights = None if rollout_is_weights is None else _f32(rollout_is_weights)
-    keep = torch.addcmul(_ONE, raw, _ZERO)  # 1 + x * 0: NaN where x is not finite
+    mask_f = mask.view(torch.uint8).float()  # (a vectorised conversion; bool -> float is not)
+    active = torch.addcmul(mask_f, raw, _ZERO)  # mask + x * 0: NaN where x is not finite
     for t in (adv, ref_raw, weights):
         if t is not None:
-            keep.addcmul_(t, _ZERO)
-    keep.nan_to_num_(nan=0.0)  # 1 where every input is finite, else 0
-    adv = adv.nan_to_num(0.0, 0.0, 0.0).mul_(keep)
+            active.addcmul_(t, _ZERO)
+    active.nan_to_num_(nan=0.0)  # the mask less the tokens with a non-finite input
+    adv = adv.nan_to_num(0.0, 0.0, 0.0).mul_(active)
     if weights is not None:
         weights = weights.nan_to_num(0.0, 0.0, 0.0)
     if ref_raw is not None:
         ref_raw.nan_to_num_(0.0, 0.0, 0.0)
-    mask_f = mask.view(torch.uint8).float()  # (a vectorised conversion; bool -> float is not)
     return _Inputs(
         lp=lp,
         raw=raw.nan_to_num_(0.0, 0.0, 0.0),
         adv=adv,
-        active=keep.mul_(mask_f),
+        active=active,
         n_input=mask_f.sum(),
         ref_raw=ref_raw,
         weights=weights,
@@ -225,14 +234,14 @@ and, above, the quantile of one score per response counted n_i times (a sort of 
 over every token: less work; the same q)."""
 
 
-def _chunks(n: int, device: torch.device, row: int = 1) -> list[slice] | None:
-    """Static slices of the n rows of ``row`` entries the per-token pass walks through (None: all at once): on
-    the CPU parts of about :data:`CHUNK` entries, whose temporaries stay in the cache and are reused by the
-    allocator instead of being paged in afresh (the cost of a large call); on a GPU one part."""
-    step = max(CHUNK // max(row, 1), 1)
-    if device.type != "cpu" or n <= step:
+def _chunks(n: int, t: torch.Tensor, row: int = 1) -> list[slice] | None:
+    """Static slices of the n rows of ``row`` entries of ``t`` the per-token pass walks through (None: all at
+    once): on the CPU parts of about :data:`CHUNK` entries, whose temporaries stay in the cache and are reused by
+    the allocator instead of being paged in afresh (the cost of a large call); on a GPU one part."""
+    if t.numel() <= CHUNK or t.device.type != "cpu":
         return None
-    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+    step = max(CHUNK // max(row, 1), 1)
+    return None if n <= step else [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
 def _part(t: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
@@ -282,29 +291,31 @@ def _token_part(
     t: _TokenPass,
     q: torch.Tensor,
     cfg: SATConfig,
-    rows: torch.Tensor,
+    rows: tuple[torch.Tensor, tuple[torch.Tensor, ...]],
     loss: torch.Tensor | None = None,
     coef: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eq. 15-19 on (a part of) the tokens: the loss and the gradient coefficient (into ``loss`` / ``coef`` when
-    given), the active-token sums of :data:`TOKEN_ROWS` and min c. ``rows`` (one float32 row per sum, the part's
-    shape) holds |d| on the active tokens and |log-ratio| in its score_abs_sum and abs_log_ratio_sum rows; the
-    other rows are written here."""
-    abs_active, gated, deficit, deficit_signed, unclamped, abs_raw, *clip_counts = rows.unbind(0)
+    given), the active-token sums of :data:`TOKEN_ROWS` and min c. ``rows`` is the buffer of one float32 row per
+    sum (the part's shape) and its rows' views; it holds |d| on the active tokens and |log-ratio| in its
+    score_abs_sum and abs_log_ratio_sum rows, the other rows are written here."""
+    buffer, (abs_active, gated, deficit, deficit_signed, unclamped, abs_raw, *clip_counts) = rows
     g = gate(t.score, abs_active, q, cfg, out=gated)
     ratio = t.d.exp()
     passes = torch.le(abs_raw, _CLAMP, out=unclamped)  # the clamp's gradient gate, as verl's vanilla
     s = _surrogate_input(ratio, t.adv, g, t.act, torch.mul(passes, ratio), t.weights, cfg)
     loss, coef, _ = surrogate_part(s, loss, coef, clip_counts)
     torch.mul(torch.sub(_ONE, g.c, out=deficit), g.sign, out=deficit_signed)
-    return loss, coef, torch.mv(rows.view(len(rows), -1), t.act.view(-1)), _c_min(g)
+    return loss, coef, torch.mv(buffer.view(len(buffer), -1), t.act.view(-1)), _c_min(g)
 
 
-def _rows(names: tuple[str, ...], like: torch.Tensor, cfg: SATConfig) -> torch.Tensor:
-    """Uninitialised float32 rows of ``like``'s shape, one per sum of ``names`` (less the dual-clip count without
-    a dual clip), written in place by the per-token pass and then reduced at once (no stacking copy)."""
+def _rows(names: tuple[str, ...], like: torch.Tensor, cfg: SATConfig) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Uninitialised rows of the float32 ``like``'s shape, one per sum of ``names`` (less the dual-clip count
+    without a dual clip), and their views: written in place by the per-token pass and then reduced at once (no
+    stacking copy)."""
     n = len(names) - (cfg.dual_clip is None)
-    return torch.empty((n, *like.shape), dtype=torch.float32, device=like.device)
+    buffer = like.new_empty((n, *like.shape))
+    return buffer, buffer.unbind(0)
 
 
 def _gspo_token_part(
@@ -316,11 +327,10 @@ def _gspo_token_part(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SAT-GSPO's surrogate on (a part of) the tokens (into ``loss`` / ``coef`` when given) and the active-token
     sums of :data:`GSPO_TOKEN_ROWS` from the part's log-ratio ``raw`` (the log-ratio clamp's gate made here)."""
-    rows = _rows(GSPO_TOKEN_ROWS, raw, cfg)
-    unclamped, abs_raw, *clip_counts = rows.unbind(0)
+    buffer, (unclamped, abs_raw, *clip_counts) = _rows(GSPO_TOKEN_ROWS, raw, cfg)
     torch.le(torch.abs(raw, out=abs_raw), _CLAMP, out=unclamped)
     loss, coef, _ = surrogate_part(s, loss, coef, clip_counts)
-    return loss, coef, torch.mv(rows.view(len(rows), -1), s.active.view(-1))
+    return loss, coef, torch.mv(buffer.view(len(buffer), -1), s.active.view(-1))
 
 
 # ----------------------------------------------------------------------------------------------- the losses
@@ -337,17 +347,18 @@ def sat_token_loss(
     rollout_is_weights: torch.Tensor | None = None,
 ) -> SATLossOutput:
     """Token-level SAT (SAT-GRPO with GRPO advantages); all tensors (batch, response_len)."""
-    with torch.no_grad():
+    grad_mode = _graph_off()
+    try:
         x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
         act = x.active
-        chunks = _chunks(act.shape[0], act.device, act.numel() // max(act.shape[0], 1))
+        chunks = _chunks(act.shape[0], act, act.numel() // max(act.shape[0], 1))
         # one call's rows for the metric product, or the whole call's |d| and |log-ratio| copied into each part's
         rows = _rows(TOKEN_ROWS, act, cfg) if chunks is None else None
-        abs_raw = torch.abs(x.raw, out=None if rows is None else rows[_ABS_RAW])
+        abs_raw = torch.abs(x.raw, out=None if rows is None else rows[1][_ABS_RAW])
         n_active = act.sum()
         d = x.raw.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # Eq. 13 (x.raw is this call's own tensor)
         kl_sum = torch.mul(d, act).sum()  # clamped and summed as verl's vanilla does for ppo_kl, bit for bit
-        abs_out = None if rows is None else rows[_ABS_D]
+        abs_out = None if rows is None else rows[1][_ABS_D]
         if x.ref_raw is None:
             score, abs_active = d, torch.clamp_max(abs_raw, LOG_RATIO_CLAMP, out=abs_out).mul_(act)
         else:
@@ -363,12 +374,14 @@ def sat_token_loss(
             for sl in chunks:
                 p = t.part(sl)
                 rows = _rows(TOKEN_ROWS, p.d, cfg)
-                rows[_ABS_D].copy_(p.abs_active)
-                rows[_ABS_RAW].copy_(p.abs_raw)
+                rows[1][_ABS_D].copy_(p.abs_active)
+                rows[1][_ABS_RAW].copy_(p.abs_raw)
                 parts.append(_token_part(p, q, cfg, rows, loss[sl], coef[sl])[2:])
             part_sums = torch.stack([p[0] for p in parts]).sum(0)
             c_min = torch.stack([p[1] for p in parts]).amin()
         sums = torch.cat([torch.stack([n_active, x.n_input, kl_sum, n_active, c_min, q]), part_sums])
+    finally:
+        torch.set_grad_enabled(grad_mode)
 
     def details() -> Detail:
         g = gate(score, abs_active, q, cfg)
@@ -393,7 +406,8 @@ def sat_gspo_loss(
     """SAT-GSPO on GSPO's sequence ratio; ``cfg.dual_clip`` applies as in the token loss (None: GSPO's own)."""
     if ratio_form not in ("token", "sequence"):
         raise ValueError(f"SAT-GSPO ratio_form must be 'token' or 'sequence', got {ratio_form!r}")
-    with torch.no_grad():
+    grad_mode = _graph_off()
+    try:
         x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
         act = x.active
         n_seq = act.sum(dim=-1, keepdim=True)  # = torch.sum(mask, dim=-1), as verl's gspo computes it; (B, 1)
@@ -435,14 +449,14 @@ def sat_gspo_loss(
         if ratio_form == "token":
             ratio = torch.clamp(seq_log_ratio, max=GSPO_LOG_RATIO_MAX).exp_()
             dratio_dx = torch.where(seq_log_ratio <= GSPO_LOG_RATIO_MAX, ratio, _ZERO)
-    if ratio_form == "token":
-        target = x.lp
-    else:  # OpenRLHF's form: the sequence mean with its full gradient; the surrogate differentiates the ratio
-        seq_g = torch.where(act > 0, x.lp - _f32(old_log_prob), 0.0).sum(dim=-1, keepdim=True) / seq_len
-        target = torch.exp(torch.clamp(seq_g, max=GSPO_LOG_RATIO_MAX)) * act
-        ratio, dratio_dx = target.detach(), None
-    with torch.no_grad():
-        chunks = _chunks(act.shape[0], act.device, act.shape[-1])
+            target = x.lp
+        else:  # OpenRLHF's form: the sequence mean with its full gradient; the surrogate differentiates the ratio
+            torch.set_grad_enabled(grad_mode)
+            seq_g = torch.where(act > 0, x.lp - _f32(old_log_prob), 0.0).sum(dim=-1, keepdim=True) / seq_len
+            target = torch.exp(torch.clamp(seq_g, max=GSPO_LOG_RATIO_MAX)) * act
+            torch.set_grad_enabled(False)
+            ratio, dratio_dx = target.detach(), None
+        chunks = _chunks(act.shape[0], act, act.shape[-1])
         if chunks is None:
             s = _surrogate_input(ratio, x.adv, g, act, dratio_dx, x.weights, cfg)
             loss, coef, token_sums = _gspo_token_part(x.raw, s, cfg)
@@ -456,6 +470,8 @@ def sat_gspo_loss(
             token_sums = torch.stack(token_sums).sum(0)
         head = torch.stack([n_active, x.n_input, kl_sum, n_scope, _c_min(g), q])
         sums = torch.cat([head, gate_sums, token_sums])  # in SUM_NAMES order
+    finally:
+        torch.set_grad_enabled(grad_mode)
 
     def details() -> Detail:
         gg = g

@@ -15,7 +15,7 @@ tie in half, and a tie inside the interval (cr == r) passes both halves, so with
 
     2 K_clip = 1 + s(A cr - A r) + [cr == r],     2 K_dual = 1 + s(min(A r, A cr) + |A| C)  (2 where A > 0)
 
-Saved: ``coef``, 4 bytes per token; the advantages and weights are the caller's tensors. x is the log-prob
+Kept for the backward: ``coef``, 4 bytes per token; the advantages and weights are the caller's tensors. x is the log-prob
 (``dr/dx`` = r where the log-ratio clamp passes, else 0) or, for OpenRLHF's sequence ratio, the ratio
 itself (``dr/dx`` = 1). The value and coef of a call may be computed in parts (:func:`surrogate_part` on
 slices, into slices of the outputs) before :func:`attach` gives the loss its graph.
@@ -81,25 +81,38 @@ def surrogate_part(
     return loss, coef, indicators
 
 
+@dataclass
+class _Grad:
+    """What the backward of :func:`attach` reads, as one Python object: ``apply`` neither scans these tensors as
+    inputs nor version-checks them as saved tensors (no one writes to them after the forward)."""
+
+    coef: torch.Tensor
+    adv: torch.Tensor
+    weights: torch.Tensor | None
+    x_dtype: torch.dtype
+
+
 class _Attach(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, loss, coef, adv, weights):  # type: ignore[override]
-        ctx.save_for_backward(coef)
-        ctx.adv, ctx.weights, ctx.x_dtype = adv, weights, x.dtype
-        return loss.view(x.shape)
+    def forward(ctx, x, boxed_loss, grad):  # type: ignore[override]
+        ctx.grad = grad
+        return boxed_loss[0]
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        (coef,) = ctx.saved_tensors
-        g = grad_out * ctx.weights if ctx.weights is not None else grad_out * ctx.adv
-        if ctx.weights is not None:
-            g.mul_(ctx.adv)
-        g.mul_(coef)  # ((g w) A) (-(dr/dx) K) == ((g w) (-A)) (dr/dx) K, as autograd orders it
-        return (g if g.dtype == ctx.x_dtype else g.to(ctx.x_dtype)), None, None, None, None
+        s: _Grad = ctx.grad
+        g = grad_out * s.weights if s.weights is not None else grad_out * s.adv
+        if s.weights is not None:
+            g.mul_(s.adv)
+        g.mul_(s.coef)  # ((g w) A) (-(dr/dx) K) == ((g w) (-A)) (dr/dx) K, as autograd orders it
+        return (g if g.dtype == s.x_dtype else g.to(s.x_dtype)), None, None
 
 
 def attach(
     x: torch.Tensor, loss: torch.Tensor, coef: torch.Tensor, adv: torch.Tensor, weights: torch.Tensor | None
 ) -> torch.Tensor:
     """``loss`` (computed without a graph, x's shape) with the gradient ``((g w) A) coef`` flowing to x."""
-    return _Attach.apply(x, loss, coef, adv, weights)
+    if loss.shape != x.shape:
+        raise ValueError(f"attach: loss shape {tuple(loss.shape)} differs from x's {tuple(x.shape)}")
+    # the loss in a tuple is not an input of the Function, so it is returned as it is (an input would be viewed)
+    return _Attach.apply(x, (loss,), _Grad(coef, adv, weights, x.dtype))

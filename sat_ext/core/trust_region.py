@@ -113,10 +113,13 @@ def gate(
     elsewhere, and the threshold q (Eq. 14); the 0/1 gate is written into ``out`` (float32) when given."""
     threshold = torch.where(q > scalar(0.0), q, scalar(torch.inf))  # Eq. 16, q > 0
     gated = torch.gt(abs_active, threshold, out=out) if out is not None else torch.gt(abs_active, threshold).float()
-    q_safe = q.clamp_min(_TINY)  # the kernel is evaluated everywhere and kept on the gate only: finite for
-    # every entry of the paper's hill form, for the others once |d| is raised to q
-    x = abs_active if cfg.kernel == "hill" else abs_active.clamp_min(q_safe)
-    c = contraction(x, q_safe, cfg.kernel, cfg.exponent)
+    # The kernel is evaluated everywhere and kept on the gate only. The paper's hill form takes the threshold
+    # itself (q, or inf when q == 0: c = 1, finite); the others need a finite q > 0 and |d| raised to it.
+    if cfg.kernel == "hill":
+        c = contraction(abs_active, threshold, cfg.kernel, cfg.exponent)
+    else:
+        q_safe = q.clamp_min(_TINY)
+        c = contraction(abs_active.clamp_min(q_safe), q_safe, cfg.kernel, cfg.exponent)
     if cfg.c_min > C_FLOOR:
         c = c.clamp_min_(cfg.c_min)
     c = torch.addcmul(torch.sub(scalar(1.0), gated), c, gated)  # c on the gate, exactly 1 elsewhere
@@ -134,7 +137,7 @@ def sat_clip(clipped_nominal: torch.Tensor, adv_sign: torch.Tensor, g: Gate, cfg
     """
     if cfg.c_min >= 1:  # c == 1 everywhere: the nominal clip bit for bit
         return clipped_nominal
-    moved = torch.mul(g.sign, adv_sign).clamp_min_(0.0).mul_(g.gated).sub_(scalar(1.0))  # 0 moved, -1 not
+    moved = torch.mul(g.sign, adv_sign).mul_(g.gated).sub_(scalar(1.0))  # 0 moved, -1 or -2 not
     e = torch.add(g.endpoint(cfg), moved, alpha=-(4.0 + cfg.eps_high + cfg.eps_low))
     return torch.minimum(torch.mul(adv_sign, clipped_nominal), e).mul_(adv_sign)
 
