@@ -15,9 +15,9 @@ tie in half, and a tie inside the interval (cr == r) passes both halves, so with
 
     2 K_clip = 1 + s(A cr - A r) + [cr == r],     2 K_dual = 1 + s(min(A r, A cr) + |A| C)  (2 where A > 0)
 
-Kept for the backward: ``coef``, 4 bytes per token; the advantages and weights are the caller's tensors. x is the log-prob
-(``dr/dx`` = r where the log-ratio clamp passes, else 0) or, for OpenRLHF's sequence ratio, the ratio
-itself (``dr/dx`` = 1). The value and coef of a call may be computed in parts (:func:`surrogate_part` on
+Kept for the backward: ``coef``, 4 bytes per token; the advantages and weights are the caller's tensors. x is
+the log-prob (``dr/dx`` = r where the log-ratio clamp passes, else 0) or, for OpenRLHF's sequence ratio, the
+ratio itself (``dr/dx`` = 1). The value and coef of a call may be computed in parts (:func:`surrogate_part` on
 slices, into slices of the outputs) before :func:`attach` gives the loss its graph.
 """
 

@@ -262,3 +262,17 @@ def test_gspo_bad_ratio_form():
     lp, old, adv, mask = _batch()
     with pytest.raises(ValueError, match="ratio_form"):
         sat_gspo_loss(lp, old, adv, mask, SATConfig(), ratio_form="seq")
+
+
+@pytest.mark.parametrize("kind,ratio_form,level", KINDS, ids=KIND_IDS)
+def test_padding_takes_zero_advantage(kind, ratio_form, level):
+    """Off the active tokens the advantage is taken as 0: loss 0, not clipped, no gradient (the frameworks mask
+    these entries anyway), whatever advantages the caller left there."""
+    lp, old, adv, mask = _batch(seed=2, scale=1.0)
+    assert bool((adv[~mask] != 0).all())
+    lp = lp.requires_grad_(True)
+    out = _loss(kind, ratio_form, lp, old, adv, mask, SATConfig(gspo_gate_level=level))
+    assert bool((out.loss_mat.detach()[~mask] == 0).all())
+    assert not bool(out.clipped[~mask].any())
+    assert bool((_grad(out, lp)[~mask] == 0).all())
+    assert bool((out.loss_mat.detach()[mask] != 0).any())

@@ -161,6 +161,23 @@ def test_tiny_threshold_extreme_contraction_stays_contained():
         assert 1 - 1e-6 < float(r.lo[1]) <= 1.0 and float(r.hi[1]) == f32(1.2)
 
 
+def test_hill_at_a_subnormal_threshold_is_the_reference():
+    """A subnormal q > 0 (Eq. 16 gates |d| > q): the hill kernel divides by q itself, as the reference does."""
+    from sat_ext.core.reference import reference_bounds
+
+    q = torch.tensor(1e-39)  # subnormal in float32
+    assert 0 < float(q) < torch.finfo(torch.float32).tiny
+    d = torch.tensor([2e-39, -3e-39, 5e-40, 1e-38])
+    mask = torch.ones(4, dtype=torch.bool)
+    cfg = SATConfig()
+    r = adaptive_trust_region(d, mask, cfg, q=q)
+    _, _, gated, _ = reference_bounds(d, mask, cfg, q=q)
+    ref_c = torch.where(gated, 1 / (1 + (d.abs() / q) ** 2), torch.ones_like(d))
+    assert torch.equal(r.gated, gated) and gated.tolist() == [True, True, False, True]
+    assert torch.allclose(r.c, ref_c, rtol=1e-6, atol=0)  # 1/5, 1/10, 1, 1/101
+    assert float(r.c[0]) < 0.5
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_contraction_never_underflows_to_zero(kernel):
     """The exp form underflows in float32 once ((|d| - q) / q)^2 > ~87 (q = 0.011, |d| = 0.13 gives 117):
