@@ -234,13 +234,14 @@ and, above, the quantile of one score per response counted n_i times (a sort of 
 over every token: less work; the same q)."""
 
 
-def _chunks(n: int, t: torch.Tensor, row: int = 1) -> list[slice] | None:
-    """Static slices of the n rows of ``row`` entries of ``t`` the per-token pass walks through (None: all at
+def _chunks(t: torch.Tensor) -> list[slice] | None:
+    """Static slices of the rows of ``t`` (its first dimension) the per-token pass walks through (None: all at
     once): on the CPU parts of about :data:`CHUNK` entries, whose temporaries stay in the cache and are reused by
     the allocator instead of being paged in afresh (the cost of a large call); on a GPU one part."""
     if t.numel() <= CHUNK or t.device.type != "cpu":
         return None
-    step = max(CHUNK // max(row, 1), 1)
+    n = t.shape[0]
+    step = max(CHUNK // max(t.numel() // n, 1), 1)
     return None if n <= step else [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
@@ -351,7 +352,7 @@ def sat_token_loss(
     try:
         x = _inputs(cfg, log_prob, old_log_prob, advantages, mask, rollout_log_prob, rollout_is_weights)
         act = x.active
-        chunks = _chunks(act.shape[0], act, act.numel() // max(act.shape[0], 1))
+        chunks = _chunks(act)
         # one call's rows for the metric product, or the whole call's |d| and |log-ratio| copied into each part's
         rows = _rows(TOKEN_ROWS, act, cfg) if chunks is None else None
         abs_raw = torch.abs(x.raw, out=None if rows is None else rows[1][_ABS_RAW])
@@ -456,7 +457,7 @@ def sat_gspo_loss(
             target = torch.exp(torch.clamp(seq_g, max=GSPO_LOG_RATIO_MAX)) * act
             torch.set_grad_enabled(False)
             ratio, dratio_dx = target.detach(), None
-        chunks = _chunks(act.shape[0], act, act.shape[-1])
+        chunks = _chunks(act)
         if chunks is None:
             s = _surrogate_input(ratio, x.adv, g, act, dratio_dx, x.weights, cfg)
             loss, coef, token_sums = _gspo_token_part(x.raw, s, cfg)
