@@ -62,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--gate-rate-min",
         type=float,
         default=DEFAULT_GATE_RATE_MIN,
-        help=f"lowest median gate rate accepted (default {DEFAULT_GATE_RATE_MIN}; the ceiling is "
-        f"1 - alpha = {ALPHA_TAIL})",
+        help=f"median gate rate below which a token-SAT run warns of ties at q (default {DEFAULT_GATE_RATE_MIN}; "
+        f"fails instead where q is not logged; the ceiling is 1 - alpha = {ALPHA_TAIL})",
     )
     return p
 

@@ -14,9 +14,12 @@ Checks (each PASS, FAIL or SKIP with the reason):
 - ``sat active``: ``actor/sat/active`` = 1 on every training step of a SAT run; absent or 0 on a baseline.
 - ``gate rate``: ``actor/sat/gate_rate`` <= 1 - alpha = 0.1 on every step (Eq. 14 with the inverse-CDF
   quantile and the strict gate can never gate more: at most n - ceil(0.9 n) tokens lie above the ceil(0.9 n)-th
-  smallest |d|) and, ties aside (Table 10: "ties can make it smaller than 10%"), not far below it: the
-  median over steady-state steps >= ``gate_rate_min`` (0.05 by default). A gate rate near 0 means q = 0, i.e.
-  most |d| are exactly 0: the ratio's denominator is the current policy, not the rollout checkpoint. SAT-GSPO
+  smallest |d|), and at steady state (medians) q = ``actor/sat/threshold_q`` > 0 and a gate rate > 0. q = 0
+  means most |d| are exactly 0: the ratio's denominator is the current policy, not the rollout checkpoint. A
+  median gate rate below ``gate_rate_min`` (0.05 by default) with q > 0 passes with a warning: the tokens tie at
+  q (Table 10: "ties can make it smaller than 10%"), as they do when the log-probs come from a bf16 forward
+  (verl's FSDP default ``mixed_precision.param_dtype``), which puts |d| on a coarse grid. Without a logged q the
+  floor itself is the check. SAT-GSPO
   (``sequence_gate``) gets the ceiling only: its d is one value per response broadcast to the response's tokens,
   so the tokens above the quantile tie within a response, and a micro-batch whose responses each hold more than
   10% of its tokens (fewer than ~10 responses) gates nothing; its zero-d failure shows in ``d_pi``. A SAT-GSPO
@@ -84,6 +87,7 @@ class MetricNames:
     training: str
     sat_active: str
     gate_rate: str
+    threshold_q: str
     d_pi: str
     nonfinite: str
     grad_norm: str
@@ -91,11 +95,24 @@ class MetricNames:
 
 
 VERL_NAMES = MetricNames(
-    "actor/", "actor/sat/active", "actor/sat/gate_rate", "actor/sat/d_pi", "actor/sat/nonfinite_frac", "actor/grad_norm"
+    "actor/",
+    "actor/sat/active",
+    "actor/sat/gate_rate",
+    "actor/sat/threshold_q",
+    "actor/sat/d_pi",
+    "actor/sat/nonfinite_frac",
+    "actor/grad_norm",
 )
 #: OpenRLHF's step status (its console line; its wandb / TensorBoard loggers add ``train/``)
 OPENRLHF_NAMES = MetricNames(
-    "policy_loss", "sat_active", "sat_gate_rate", "sat_d_pi", "sat_nonfinite_frac", "actor_grad_norm", evaluation=False
+    "policy_loss",
+    "sat_active",
+    "sat_gate_rate",
+    "sat_threshold_q",
+    "sat_d_pi",
+    "sat_nonfinite_frac",
+    "actor_grad_norm",
+    evaluation=False,
 )
 
 
@@ -249,6 +266,25 @@ def check_sat_active(records: list[Record], exp: Expectation) -> CheckResult:
     )
 
 
+def _token_gate_floor(steady: list[Record], median: float, exp: Expectation) -> tuple[str, bool, str]:
+    """Token SAT's lower bound on the gate rate: (what is wanted, whether it is missed, a warning). With q logged
+    on every steady step: median q > 0 and median gate rate > 0, and a median below ``gate_rate_min`` is a
+    warning (ties at q); without it, the median gate rate >= ``gate_rate_min``."""
+    qs = [r.values.get(exp.names.threshold_q, math.nan) for r in steady]
+    if not all(math.isfinite(q) for q in qs):
+        return f"median >= {exp.gate_rate_min:g}", median < exp.gate_rate_min, ""
+    q = statistics.median(qs)
+    low = q <= 0.0 or median <= 0.0
+    warning = ""
+    if not low and median < exp.gate_rate_min:
+        warning = (
+            f"median gate rate {median:.4g} < {exp.gate_rate_min:g} with q > 0 (median {q:.4g}): the tokens tie at "
+            "q, and the strict gate |d| > q leaves them out (Table 10); log-probs from a bf16 forward put |d| on a "
+            "coarse grid"
+        )
+    return f"median q > 0 and gate rate > 0 (q: {_fmt(qs)})", low, warning
+
+
 def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
     name = "gate rate"
     if not exp.sat:
@@ -258,20 +294,20 @@ def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
     if missing:
         return CheckResult(name, False, f"{key} missing on steps {missing[:5]}")
     over = [r.step for r in records if not r.values[key] <= exp.gate_rate_max + TOL]
-    steady = [r.values[key] for r in _steady(records, exp)]
+    steady_records = _steady(records, exp)
+    steady = [r.values[key] for r in steady_records]
     if not steady:
         return CheckResult(name, False, "no steady-state step (lag/steps/min >= 1) to judge the gate rate on")
     median = statistics.median(steady)
-    low = not exp.sequence_gate and median < exp.gate_rate_min
-    floor = (
-        "no floor: SAT-GSPO's scores tie within a response" if exp.sequence_gate else f"median >= {exp.gate_rate_min:g}"
-    )
+    if exp.sequence_gate:
+        floor, low, warning = "no floor: SAT-GSPO's scores tie within a response", False, ""
+    else:
+        floor, low, warning = _token_gate_floor(steady_records, median, exp)
     detail = f"steady state: {_fmt(steady)}; want <= {exp.gate_rate_max:g} every step, {floor}"
     if over:
         detail += f"; above {exp.gate_rate_max:g} (or non-finite) on steps {over[:5]}"
     if low:
-        detail += "; near 0 means q = 0: most |d| are 0, the denominator is the current policy"
-    warning = ""
+        detail += "; q = 0 or nothing gated: most |d| are exactly 0, the denominator is the current policy"
     if exp.sequence_gate and median < GSPO_GATE_RATE_WARN:
         warning = (
             f"SAT-GSPO's median gate rate {median:.4g} is near 0: its d is one value per response and the "

@@ -44,8 +44,11 @@ def _actor(variant: str):
     return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
 
 
-def _loss_metrics(actor, lag_steps: int, gen: torch.Generator, drift: float, nan: bool) -> dict[str, list]:
-    """One optimizer step's micro-batches through verl's registered loss; metrics as lists, as workers append."""
+def _loss_metrics(
+    actor, lag_steps: int, gen: torch.Generator, drift: float, nan: bool, bf16: bool = False
+) -> dict[str, list]:
+    """One optimizer step's micro-batches through verl's registered loss; metrics as lists, as workers append
+    (``bf16``: both log-probs rounded to bfloat16, as a bf16 forward gives them)."""
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
     loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
@@ -54,6 +57,8 @@ def _loss_metrics(actor, lag_steps: int, gen: torch.Generator, drift: float, nan
     for _ in range(MICRO):
         log_prob = -torch.rand(rows, TOKENS, generator=gen) * 3
         old = log_prob - drift * lag_steps * torch.randn(rows, TOKENS, generator=gen)  # d grows with the lag
+        if bf16:
+            log_prob, old = log_prob.bfloat16().float(), old.bfloat16().float()
         if nan:
             log_prob[0, 0] = math.nan
         adv = torch.randn(rows, 1, generator=gen).expand(rows, TOKENS)
@@ -83,12 +88,14 @@ def write_run(
     log_interval: int | None = None,
     nan_step: int | None = None,
     eval_n: int | None = 8,
+    bf16: bool = False,
 ) -> Path:
     """A run of ``variant`` at ``interval`` through the real loss, LagMetrics and verl's FileLogger.
 
     ``log_interval`` is the interval the lag metrics are scheduled with (default: ``interval``; a different
     value makes an off-schedule run); ``drift`` 0 makes the denominator the current policy (d = 0); ``eval_n``:
-    the samples per problem of the evaluation before training (verl's key name; None: no evaluation).
+    the samples per problem of the evaluation before training (verl's key name; None: no evaluation); ``bf16``:
+    the log-probs of a bf16 forward.
     """
     from verl.utils.metric import reduce_metrics
     from verl.utils.tracking import FileLogger
@@ -118,7 +125,7 @@ def write_run(
                     response_tokens=TOKENS,
                 )
             lag = lag_in_steps(steps_done, span, interval)
-            for key, values in _loss_metrics(actor, lag, gen, drift, nan=t == nan_step).items():
+            for key, values in _loss_metrics(actor, lag, gen, drift, nan=t == nan_step, bf16=bf16).items():
                 step_metrics.setdefault(key, []).extend(values)
         data = reduce_metrics(step_metrics)
         data.update(lag_metrics.flush(t - 1, t * interval))
@@ -166,6 +173,22 @@ def test_gate_rate_zero_fails(tmp_path):
     path = write_run(tmp_path / "sat_grpo_lag1.jsonl", "sat_grpo_lag1", global_steps=6, interval=1, drift=0.0)
     results = _results(path, sat=True, interval=1)
     assert results["gate rate"] is False and results["d_pi"] is False and results["lag schedule"] is True
+
+
+def test_ties_at_q_pass_with_a_warning_and_without_q_the_floor_fails_them(tmp_path):
+    # bf16 log-probs put |d| on a grid: many tokens tie at q, so the strict gate takes fewer than 10% of them
+    path = tmp_path / "sat_grpo_lag1.jsonl"
+    write_run(path, "sat_grpo_lag1", global_steps=6, interval=1, bf16=True, drift=0.005)
+    steady = read_log(path)[2:]  # the evaluation record, then step 1 (lag 0)
+    rates = sorted(r.values["actor/sat/gate_rate"] for r in steady)
+    assert rates[len(rates) // 2] < 0.05 and min(r.values["actor/sat/threshold_q"] for r in steady) > 0
+    gate = next(r for r in check_run(read_log(path), Expectation(sat=True, interval=1)) if r.name == "gate rate")
+    assert gate.passed and "tie at q" in gate.warning and "bf16" in gate.warning, gate
+    no_q = read_log(path)
+    for r in no_q:
+        r.values.pop("actor/sat/threshold_q", None)
+    gate = next(r for r in check_run(no_q, Expectation(sat=True, interval=1)) if r.name == "gate rate")
+    assert gate.passed is False and "median >= 0.05" in gate.detail, gate
 
 
 def test_off_schedule_lags_fail(tmp_path):
