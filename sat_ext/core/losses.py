@@ -110,7 +110,7 @@ def _graph_off() -> bool:
 # ------------------------------------------------------------------------------------------------- inputs
 
 
-@dataclass
+@dataclass(slots=True)
 class _Inputs:
     """Float32 inputs of one loss call after the non-finite policy: every tensor finite, and a token with a
     non-finite input is padding (advantage 0, inactive)."""
@@ -269,7 +269,7 @@ def _result(loss_mat, sums: torch.Tensor, cfg: SATConfig, details) -> SATLossOut
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class _TokenPass:
     """The per-token tensors of a token-level SAT call (finite, detached): the score d and |d| on the active
     entries, the clamped log-ratio, the 0/1 active mask, |log-ratio| (unclamped), the advantages and the

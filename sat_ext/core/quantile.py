@@ -60,16 +60,18 @@ Reduce = Callable[[torch.Tensor], torch.Tensor]
 
 
 @functools.lru_cache(maxsize=64)
-def _decimal(level: float) -> Fraction:
-    """``level`` as the shortest decimal that rounds to it (``repr``): 0.9 -> 9/10."""
-    return Fraction(repr(float(level)))
+def _tail_fraction(level: float) -> tuple[int, int]:
+    """(b, c) with ``level`` = (b - c) / b, read as the shortest decimal that rounds to it (``repr``): 0.9 is
+    9/10, so (10, 1)."""
+    a = Fraction(repr(float(level)))
+    return a.denominator, a.denominator - a.numerator
 
 
 def _s_max(numel: int, level: float, rule: str) -> int:
     """The largest rank from the top :func:`top_ranks` gives for any n <= numel (the ranks grow with n)."""
     if rule == "inverse_cdf":
-        a = _decimal(level)
-        return (a.denominator - a.numerator) * numel // a.denominator
+        b, c = _tail_fraction(level)
+        return c * numel // b
     return max(numel - 1 - int(level * (numel - 1)), 0)
 
 
@@ -83,8 +85,7 @@ def top_ranks(n: torch.Tensor, level: float, rule: str, n_max: int) -> tuple[tor
     """
     n = n.long()
     if rule == "inverse_cdf":
-        a = _decimal(level)
-        b, c = a.denominator, a.denominator - a.numerator
+        b, c = _tail_fraction(level)
         if c * n_max <= _INT64_MAX:
             return torch.div(n if c == 1 else n * c, b, rounding_mode="floor"), None
         if b < 1 << 61:

@@ -32,7 +32,7 @@ from .scalars import scalar
 _ONE, _ZERO = scalar(1.0), scalar(0.0)
 
 
-@dataclass
+@dataclass(slots=True)
 class SurrogateInput:
     """Tensors of (a part of) one loss call, broadcasting to the advantages' shape; ``active`` is 0/1 float32."""
 
@@ -81,7 +81,7 @@ def surrogate_part(
     return loss, coef, indicators
 
 
-@dataclass
+@dataclass(slots=True)
 class _Grad:
     """What the backward of :func:`attach` reads, as one Python object: ``apply`` neither scans these tensors as
     inputs nor version-checks them as saved tensors (no one writes to them after the forward)."""

@@ -25,6 +25,7 @@ from .quantile import global_masked_quantile, quantile_of_zeroed, weighted_quant
 from .scalars import scalar
 
 _TINY = torch.finfo(torch.float32).tiny
+_ZERO, _ONE, _INF = scalar(0.0), scalar(1.0), scalar(torch.inf)
 
 
 @dataclass
@@ -53,7 +54,7 @@ class TrustRegion:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class Gate:
     """Eq. 14-16 on a score d over its gate scope, dense: the threshold ``q``, ``gated`` as 0/1 (float32) and
     ``c`` (c on gated entries, 1 elsewhere); ``sign`` is sign(d)."""
@@ -111,7 +112,7 @@ def gate(
 ) -> Gate:
     """Eq. 15-16 for the detached, finite score ``d`` given ``abs_active`` = |d| on the active entries and 0
     elsewhere, and the threshold q (Eq. 14); the 0/1 gate is written into ``out`` (float32) when given."""
-    threshold = torch.where(q > scalar(0.0), q, scalar(torch.inf))  # Eq. 16, q > 0
+    threshold = torch.where(q > _ZERO, q, _INF)  # Eq. 16, q > 0
     gated = torch.gt(abs_active, threshold, out=out) if out is not None else torch.gt(abs_active, threshold).float()
     # The kernel is evaluated everywhere and kept on the gate only. The paper's hill form takes the threshold
     # itself (q, or inf when q == 0: c = 1, finite); the others need a finite q > 0 and |d| raised to it.
@@ -122,7 +123,7 @@ def gate(
         c = contraction(abs_active.clamp_min(q_safe), q_safe, cfg.kernel, cfg.exponent)
     if cfg.c_min > C_FLOOR:
         c = c.clamp_min_(cfg.c_min)
-    c = torch.addcmul(torch.sub(scalar(1.0), gated), c, gated)  # c on the gate, exactly 1 elsewhere
+    c = torch.addcmul(torch.sub(_ONE, gated), c, gated)  # c on the gate, exactly 1 elsewhere
     return Gate(q=q, d=d, sign=d.sign(), gated=gated, c=c)
 
 
@@ -137,7 +138,7 @@ def sat_clip(clipped_nominal: torch.Tensor, adv_sign: torch.Tensor, g: Gate, cfg
     """
     if cfg.c_min >= 1:  # c == 1 everywhere: the nominal clip bit for bit
         return clipped_nominal
-    moved = torch.mul(g.sign, adv_sign).mul_(g.gated).sub_(scalar(1.0))  # 0 moved, -1 or -2 not
+    moved = torch.mul(g.sign, adv_sign).mul_(g.gated).sub_(_ONE)  # 0 moved, -1 or -2 not
     e = torch.add(g.endpoint(cfg), moved, alpha=-(4.0 + cfg.eps_high + cfg.eps_low))
     return torch.minimum(torch.mul(adv_sign, clipped_nominal), e).mul_(adv_sign)
 

@@ -12,6 +12,7 @@ micro-batch, copied to the host in one transfer (the call's only host-sync point
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import torch
@@ -28,16 +29,24 @@ from .config import sat_config_for
 METRIC_NAMES = VERL_METRIC_NAMES
 
 
+@functools.cache
+def _megatron_parallel_state() -> Any:
+    """``megatron.core.parallel_state``, or None where Megatron is not installed (looked up once: a failed
+    import is not cached by Python and cost about 0.1 ms on every global-scope call)."""
+    try:
+        from megatron.core import parallel_state
+    except ImportError:
+        return None
+    return parallel_state
+
+
 def data_parallel_group() -> dist.ProcessGroup | None:
     """The group the global gate scope reduces over: Megatron's DP x CP group when Megatron is up, else WORLD.
 
     Under FSDP the world is the data-parallel group; tensor-parallel replicas are excluded by Megatron's group.
     """
-    try:
-        from megatron.core import parallel_state as mpu
-    except ImportError:
-        return None
-    if mpu.model_parallel_is_initialized():
+    mpu = _megatron_parallel_state()
+    if mpu is not None and mpu.model_parallel_is_initialized():
         return mpu.get_data_parallel_group(with_context_parallel=True)
     return None
 
