@@ -14,12 +14,13 @@ Checks (each PASS, FAIL or SKIP with the reason):
 - ``sat active``: ``actor/sat/active`` = 1 on every training step of a SAT run; absent or 0 on a baseline.
 - ``gate rate``: ``actor/sat/gate_rate`` <= 1 - alpha = 0.1 on every step (Eq. 14 with the inverse-CDF
   quantile and the strict gate can never gate more: at most n - ceil(0.9 n) tokens lie above the ceil(0.9 n)-th
-  smallest |d|), and at steady state (medians) q = ``actor/sat/threshold_q`` > 0 and a gate rate > 0. q = 0
-  means most |d| are exactly 0: the ratio's denominator is the current policy, not the rollout checkpoint. A
-  median gate rate below ``gate_rate_min`` (0.05 by default) with q > 0 passes with a warning: the tokens tie at
-  q (Table 10: "ties can make it smaller than 10%"), as they do when the log-probs come from a bf16 forward
-  (verl's FSDP default ``mixed_precision.param_dtype``), which puts |d| on a coarse grid. Without a logged q the
-  floor itself is the check. SAT-GSPO
+  smallest |d|), and at steady state (medians) q = ``actor/sat/threshold_q`` > 0 and a gate rate >= 0.01
+  (:data:`GATE_RATE_FLOOR`). q = 0 means at least 90% of |d| are exactly 0: the ratio's denominator is the
+  current policy, not the rollout checkpoint. A median gate rate below ``gate_rate_min`` (0.05 by default) with
+  q > 0 passes with a warning, as ties at q give (Table 10: "ties can make it smaller than 10%"); they are common
+  when the log-probs come from a bf16 forward (verl's FSDP default ``mixed_precision.param_dtype``), which puts
+  |d| on a coarse grid. Where q is missing or non-finite on a steady step, ``gate_rate_min`` is the floor. (Both
+  values are means over a step's micro-batches.) SAT-GSPO
   (``sequence_gate``) gets the ceiling only: its d is one value per response broadcast to the response's tokens,
   so the tokens above the quantile tie within a response, and a micro-batch whose responses each hold more than
   10% of its tokens (fewer than ~10 responses) gates nothing; its zero-d failure shows in ``d_pi``. A SAT-GSPO
@@ -55,6 +56,7 @@ from sat_ext.lag.schedule import scheduled_lag
 
 ALPHA_TAIL = 0.1  # 1 - alpha, alpha = 0.90 (the paper's quantile)
 DEFAULT_GATE_RATE_MIN = 0.05
+GATE_RATE_FLOOR = 0.01  # token SAT with q > 0: below this median the gate is off (healthy bf16 runs: 0.03-0.09)
 GSPO_GATE_RATE_WARN = 0.01  # SAT-GSPO: below this median the gate has almost no effect (a warning, not a fault)
 TOL = 1e-6
 # An example variant (method, _tis, _r3, _lagN), and run.sh's name for it under App. E.6's denominator switch.
@@ -266,23 +268,31 @@ def check_sat_active(records: list[Record], exp: Expectation) -> CheckResult:
     )
 
 
-def _token_gate_floor(steady: list[Record], median: float, exp: Expectation) -> tuple[str, bool, str]:
-    """Token SAT's lower bound on the gate rate: (what is wanted, whether it is missed, a warning). With q logged
-    on every steady step: median q > 0 and median gate rate > 0, and a median below ``gate_rate_min`` is a
-    warning (ties at q); without it, the median gate rate >= ``gate_rate_min``."""
+def _token_gate_floor(steady: list[Record], median: float, exp: Expectation) -> tuple[str, str, str]:
+    """Token SAT's lower bound on the gate rate: (what is wanted, why it is missed or "", a warning). With q
+    logged on every steady step: median q > 0 and median gate rate >= :data:`GATE_RATE_FLOOR`, and a median
+    below ``gate_rate_min`` is a warning (ties at q); otherwise the median gate rate >= ``gate_rate_min``."""
     qs = [r.values.get(exp.names.threshold_q, math.nan) for r in steady]
-    if not all(math.isfinite(q) for q in qs):
-        return f"median >= {exp.gate_rate_min:g}", median < exp.gate_rate_min, ""
+    unlogged = [r.step for r, q in zip(steady, qs) if not math.isfinite(q)]
+    if unlogged:
+        key = exp.names.threshold_q
+        want = f"median >= {exp.gate_rate_min:g} ({key} missing or non-finite on steps {unlogged[:5]})"
+        miss = "; near 0 means q = 0: at least 90% of |d| are exactly 0, the denominator is the current policy"
+        return want, miss if median < exp.gate_rate_min else "", ""
     q = statistics.median(qs)
-    low = q <= 0.0 or median <= 0.0
+    want = f"median q > 0 and gate rate >= {GATE_RATE_FLOOR:g} (q: {_fmt(qs)})"
+    if q <= 0.0:
+        return want, "; q = 0: at least 90% of |d| are exactly 0, the denominator is the current policy", ""
+    if median < GATE_RATE_FLOOR:
+        return want, f"; the gate is off (median under {GATE_RATE_FLOOR:g}) although q > 0", ""
     warning = ""
-    if not low and median < exp.gate_rate_min:
+    if median < exp.gate_rate_min:
         warning = (
-            f"median gate rate {median:.4g} < {exp.gate_rate_min:g} with q > 0 (median {q:.4g}): the tokens tie at "
-            "q, and the strict gate |d| > q leaves them out (Table 10); log-probs from a bf16 forward put |d| on a "
-            "coarse grid"
+            f"median gate rate {median:.4g} < {exp.gate_rate_min:g} with q > 0 (median {q:.4g}), as ties at q give "
+            "(the strict gate |d| > q leaves them out, Table 10): log-probs from a bf16 forward put |d| on a coarse "
+            "grid. If the ratio's denominator may be the live weights, compare d_pi with the engine's mismatch"
         )
-    return f"median q > 0 and gate rate > 0 (q: {_fmt(qs)})", low, warning
+    return want, "", warning
 
 
 def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
@@ -300,14 +310,13 @@ def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
         return CheckResult(name, False, "no steady-state step (lag/steps/min >= 1) to judge the gate rate on")
     median = statistics.median(steady)
     if exp.sequence_gate:
-        floor, low, warning = "no floor: SAT-GSPO's scores tie within a response", False, ""
+        floor, miss, warning = "no floor: SAT-GSPO's scores tie within a response", "", ""
     else:
-        floor, low, warning = _token_gate_floor(steady_records, median, exp)
+        floor, miss, warning = _token_gate_floor(steady_records, median, exp)
     detail = f"steady state: {_fmt(steady)}; want <= {exp.gate_rate_max:g} every step, {floor}"
     if over:
         detail += f"; above {exp.gate_rate_max:g} (or non-finite) on steps {over[:5]}"
-    if low:
-        detail += "; q = 0 or nothing gated: most |d| are exactly 0, the denominator is the current policy"
+    detail += miss
     if exp.sequence_gate and median < GSPO_GATE_RATE_WARN:
         warning = (
             f"SAT-GSPO's median gate rate {median:.4g} is near 0: its d is one value per response and the "
@@ -316,7 +325,7 @@ def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
             "micro-batch (benchmarks/results/bench_gspo_gate.md). The paper's scope, not a fault; d_pi "
             "shows whether the ratio moved"
         )
-    return CheckResult(name, not over and not low, detail, warning)
+    return CheckResult(name, not over and not miss, detail, warning)
 
 
 def check_d_pi(records: list[Record], exp: Expectation) -> CheckResult:

@@ -29,7 +29,15 @@ from sat_ext.check_run import main as check_run_main  # noqa: E402
 from sat_ext.lag import LagMetrics, VersionSpan, lag_in_steps, sample_lag  # noqa: E402
 from sat_ext.lag.config import DEFAULT_HIST_EDGES  # noqa: E402
 from sat_ext.lag.schedule import scheduled_lag, scheduled_version  # noqa: E402
-from sat_ext.runlog import Expectation, check_run, read_log  # noqa: E402
+from sat_ext.runlog import (  # noqa: E402
+    OPENRLHF_NAMES,
+    CheckResult,
+    Expectation,
+    Record,
+    check_gate_rate,
+    check_run,
+    read_log,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "examples" / "verl_small_qwen3_1p7b" / "config"
@@ -183,12 +191,39 @@ def test_ties_at_q_pass_with_a_warning_and_without_q_the_floor_fails_them(tmp_pa
     rates = sorted(r.values["actor/sat/gate_rate"] for r in steady)
     assert rates[len(rates) // 2] < 0.05 and min(r.values["actor/sat/threshold_q"] for r in steady) > 0
     gate = next(r for r in check_run(read_log(path), Expectation(sat=True, interval=1)) if r.name == "gate rate")
-    assert gate.passed and "tie at q" in gate.warning and "bf16" in gate.warning, gate
+    assert gate.passed and "ties at q" in gate.warning and "bf16" in gate.warning, gate
     no_q = read_log(path)
     for r in no_q:
         r.values.pop("actor/sat/threshold_q", None)
     gate = next(r for r in check_run(no_q, Expectation(sat=True, interval=1)) if r.name == "gate rate")
-    assert gate.passed is False and "median >= 0.05" in gate.detail, gate
+    assert gate.passed is False and "median >= 0.05" in gate.detail and "missing or non-finite" in gate.detail, gate
+
+
+def _gate(rates: list[float], qs: list[float | None], names=None) -> CheckResult:
+    """The gate-rate row of a SAT run whose steps (after a first one at lag 0) log these rates and q's."""
+    names = names or Expectation(sat=True).names
+    records = [Record(1, {names.gate_rate: 0.0, names.threshold_q: 0.0, "lag/steps/min": 0.0})]
+    for step, (rate, q) in enumerate(zip(rates, qs), 2):
+        values = {names.gate_rate: rate, "lag/steps/min": 1.0}
+        if q is not None:
+            values[names.threshold_q] = q
+        records.append(Record(step, values))
+    return check_gate_rate(records, Expectation(sat=True, names=names))
+
+
+def test_the_token_gate_floor():
+    assert _gate([0.03, 0.04, 0.02], [0.1, 0.12, 0.1]).passed  # ties at q: a warning
+    assert _gate([0.03, 0.04, 0.02], [0.1, 0.12, 0.1]).warning
+    assert not _gate([0.08, 0.09, 0.1], [0.1, 0.12, 0.1]).warning
+    zero_q = _gate([0.0, 0.0, 0.05], [0.0, 0.0, 0.1])  # the live weights as the denominator: d == 0, q == 0
+    assert zero_q.passed is False and "q = 0" in zero_q.detail
+    off = _gate([0.0, 0.005, 0.0], [0.1, 0.12, 0.1])  # q > 0 and (almost) nothing gated
+    assert off.passed is False and "the gate is off" in off.detail
+    partly = _gate([0.03, 0.04, 0.02], [0.1, None, math.nan])  # q not logged on two steps: the 0.05 floor
+    assert partly.passed is False and "steps [3, 4]" in partly.detail
+    assert _gate([0.06, 0.07, 0.08], [0.1, None, math.nan]).passed
+    openrlhf = _gate([0.03, 0.04, 0.02], [0.1, 0.12, 0.1], OPENRLHF_NAMES)  # q read from sat_threshold_q
+    assert openrlhf.passed and openrlhf.warning and "missing" not in openrlhf.detail
 
 
 def test_off_schedule_lags_fail(tmp_path):

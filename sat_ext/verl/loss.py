@@ -32,7 +32,7 @@ METRIC_NAMES = VERL_METRIC_NAMES
 @functools.cache
 def _megatron_parallel_state() -> Any:
     """``megatron.core.parallel_state``, or None where Megatron is not installed (looked up once: a failed
-    import is not cached by Python and cost about 0.1 ms on every global-scope call)."""
+    import is not cached by Python and cost 0.1-0.3 ms on every global-scope call)."""
     try:
         from megatron.core import parallel_state
     except ImportError:
