@@ -57,6 +57,7 @@ from sat_ext.lag.schedule import scheduled_lag
 ALPHA_TAIL = 0.1  # 1 - alpha, alpha = 0.90 (the paper's quantile)
 DEFAULT_GATE_RATE_MIN = 0.05
 GATE_RATE_FLOOR = 0.01  # token SAT with q > 0: below this median the gate is off (healthy bf16 runs: 0.03-0.09)
+_ZERO_D = "q = 0: at least 90% of |d| are exactly 0, the denominator is the current policy"
 GSPO_GATE_RATE_WARN = 0.01  # SAT-GSPO: below this median the gate has almost no effect (a warning, not a fault)
 TOL = 1e-6
 # An example variant (method, _tis, _r3, _lagN), and run.sh's name for it under App. E.6's denominator switch.
@@ -277,12 +278,11 @@ def _token_gate_floor(steady: list[Record], median: float, exp: Expectation) -> 
     if unlogged:
         key = exp.names.threshold_q
         want = f"median >= {exp.gate_rate_min:g} ({key} missing or non-finite on steps {unlogged[:5]})"
-        miss = "; near 0 means q = 0: at least 90% of |d| are exactly 0, the denominator is the current policy"
-        return want, miss if median < exp.gate_rate_min else "", ""
+        return want, f"; near 0 means {_ZERO_D}" if median < exp.gate_rate_min else "", ""
     q = statistics.median(qs)
     want = f"median q > 0 and gate rate >= {GATE_RATE_FLOOR:g} (q: {_fmt(qs)})"
     if q <= 0.0:
-        return want, "; q = 0: at least 90% of |d| are exactly 0, the denominator is the current policy", ""
+        return want, f"; {_ZERO_D}", ""
     if median < GATE_RATE_FLOOR:
         return want, f"; the gate is off (median under {GATE_RATE_FLOOR:g}) although q > 0", ""
     warning = ""
