@@ -285,12 +285,23 @@ def memory_rows_cuda(runner: Runner, n: int) -> list[dict]:
     return rows
 
 
+def selected_cases(spec: str | None) -> list[Case]:
+    """The cases ``--cases`` names (comma list of keys such as ``vanilla,sat[micro]``; None: all of them)."""
+    if spec is None:
+        return list(CASES)
+    keys = spec.split(",")
+    unknown = [k for k in keys if k not in {c.key for c in CASES}]
+    if unknown:
+        raise SystemExit(f"--cases: unknown case {unknown} (one of {[c.key for c in CASES]})")
+    return [c for c in CASES if c.key in keys]
+
+
 def mem_worker(args) -> None:
     """Fresh-process memory measurement for every size; one JSON line per (size, case) on stdout."""
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     init_one_rank_group(device)
-    runner = Runner([c for c in CASES if args.cases is None or c.key in args.cases.split(",")], device)
+    runner = Runner(selected_cases(args.cases), device)
     with_rss = C.rss_probe_available() and not args.no_rss
     runner.set_inputs(make_inputs(1 << 16, MAX_ROW, device))
     for c in runner.cfgs:  # one warm call per case (lazy allocations of a first call), at a small size
@@ -552,9 +563,9 @@ def main(argv=None) -> None:
         torch.cuda.set_device(0)
     torch.set_num_threads(args.threads)
     sizes = [C.parse_size(s) for s in (args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)).split(",")]
+    cases = selected_cases(args.cases)
     backend = init_one_rank_group(device)
     env = C.environment(device, collective_backend=f"{backend} (1 rank)", max_tokens_per_row=MAX_ROW)
-    cases = [c for c in CASES if args.cases is None or c.key in args.cases.split(",")]
     runner = Runner(cases, device)
     equal = equality_check(device)
     print(f"device={C.device_description(device)} backend={backend} c_min=1 bit-for-bit vs verl: {equal}", flush=True)

@@ -70,3 +70,9 @@ def test_sat_makes_no_more_host_syncs_than_its_peer(sat, peer, tokens):
     assert n_peer == 3, counts[peer.loss]  # verl's three .item() metrics: the counter sees the peer's syncs
     assert n_sat <= n_peer, f"{sat.loss}: {counts[sat.loss]} vs {peer.loss}: {counts[peer.loss]}"
     assert counts[sat.loss] == {"Tensor.tolist": 1}, counts[sat.loss]  # the metric vector's one copy, nothing else
+
+
+def test_an_unknown_case_is_named_before_anything_runs():
+    assert [c.key for c in B.selected_cases("vanilla,sat[micro]")] == ["vanilla", "sat[micro]"]
+    with pytest.raises(SystemExit, match=r"unknown case \['sat:micro'\]"):
+        B.selected_cases("vanilla,sat:micro")
