@@ -24,12 +24,21 @@ from .scalars import scalar
 C_FLOOR = torch.finfo(torch.float32).tiny
 
 
-def contraction(abs_d: torch.Tensor, q: torch.Tensor, kernel: str, exponent: float) -> torch.Tensor:
-    """Contraction factor for ``abs_d > q > 0`` (elementwise; other entries are the caller's to overwrite)."""
+def contraction(
+    abs_d: torch.Tensor, q: torch.Tensor, kernel: str, exponent: float, on: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Contraction factor for ``abs_d > q > 0`` (elementwise; other entries are the caller's to overwrite).
+
+    ``on`` (``hill`` only): a 0/1 float mask, c is exactly 1 where it is 0, ``1 / (1 + on (abs_d / q)^n)``;
+    the caller guarantees ``abs_d / q <= 1`` there (so that the product is 0, not inf * 0).
+    """
+    if on is not None and kernel != "hill":
+        raise ValueError(f"contraction: the gate mask 'on' is for the hill kernel only, got kernel {kernel!r}")
     # Each form allocates one tensor and updates it in place (the same operations, in the same order, as
     # the formulas above).
     if kernel == "hill":
-        c = (abs_d / q).pow_(exponent).add_(scalar(1.0)).reciprocal_()
+        x = (abs_d / q).pow_(exponent)
+        c = (x if on is None else x.mul_(on)).add_(scalar(1.0)).reciprocal_()
     elif kernel == "hill_shifted":
         c = (abs_d - q).div_(q).pow_(exponent).add_(scalar(1.0)).reciprocal_()
     elif kernel == "power":

@@ -306,7 +306,7 @@ def _token_part(
     passes = torch.le(abs_raw, _CLAMP, out=unclamped)  # the clamp's gradient gate, as verl's vanilla
     s = _surrogate_input(ratio, t.adv, g, t.act, torch.mul(passes, ratio), t.weights, cfg)
     loss, coef, _ = surrogate_part(s, loss, coef, clip_counts)
-    torch.mul(torch.sub(_ONE, g.c, out=deficit), g.sign, out=deficit_signed)
+    torch.copysign(torch.sub(_ONE, g.c, out=deficit), g.d, out=deficit_signed)  # (1 - c) sign(d)
     return loss, coef, torch.mv(buffer.view(len(buffer), -1), t.act.view(-1)), _c_min(g)
 
 
@@ -444,7 +444,7 @@ def sat_gspo_loss(
         g = gate(score, abs_active, q, cfg)
         deficit = torch.sub(_ONE, g.c)
         # GATE_ROWS, one per response (a stack of (B, 1) tensors costs less than a buffer's views)
-        gate_rows = torch.stack([abs_active, g.gated, deficit, deficit * g.sign]).view(len(GATE_ROWS), -1)
+        gate_rows = torch.stack([abs_active, g.gated, deficit, torch.copysign(deficit, g.d)]).view(len(GATE_ROWS), -1)
         # each entry counted once or n_i times
         gate_sums = gate_rows.sum(1) if gate_weights is None else torch.mv(gate_rows, gate_weights.view(-1))
         if ratio_form == "token":
@@ -465,7 +465,7 @@ def sat_gspo_loss(
             loss, coef = torch.empty_like(x.adv), torch.empty_like(x.adv)
             token_sums = []
             for sl in chunks:
-                gp = Gate(q=q, d=g.d[sl], sign=g.sign[sl], gated=g.gated[sl], c=g.c[sl])
+                gp = Gate(q=q, threshold=g.threshold, d=g.d[sl], gated=g.gated[sl], c=g.c[sl])
                 s = _surrogate_input(ratio[sl], x.adv[sl], gp, act[sl], _part(dratio_dx, sl), _part(x.weights, sl), cfg)
                 token_sums.append(_gspo_token_part(x.raw[sl], s, cfg, loss[sl], coef[sl])[2])
             token_sums = torch.stack(token_sums).sum(0)
@@ -480,8 +480,8 @@ def sat_gspo_loss(
             gated = g.gated * token_mask
             gg = Gate(
                 q=q,
+                threshold=g.threshold,
                 d=g.d.expand_as(gated),
-                sign=g.sign.expand_as(gated),
                 gated=gated,
                 c=torch.addcmul(torch.sub(scalar(1.0), gated), g.c, gated),
             )

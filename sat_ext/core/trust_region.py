@@ -56,31 +56,35 @@ class TrustRegion:
 
 @dataclass(slots=True)
 class Gate:
-    """Eq. 14-16 on a score d over its gate scope, dense: the threshold ``q``, ``gated`` as 0/1 (float32) and
-    ``c`` (c on gated entries, 1 elsewhere); ``sign`` is sign(d)."""
+    """Eq. 14-16 on a score d over its gate scope, dense: the threshold ``q``, the strict gate's bound
+    ``threshold`` (q, or inf when q == 0: Eq. 16 gates only for q > 0), ``gated`` as 0/1 (float32) and ``c``
+    (c on gated entries, 1 elsewhere)."""
 
     q: torch.Tensor
+    threshold: torch.Tensor
     d: torch.Tensor
-    sign: torch.Tensor
     gated: torch.Tensor
     c: torch.Tensor
-
-    def endpoint(self, cfg: SATConfig) -> torch.Tensor:
-        """Eq. 17's moved endpoint on d's side, signed: ``1 + eps_high c`` where d > 0, ``-(1 - eps_low c)``
-        where d < 0 (the same float operations as the bound: ``-(1 - x) == -1 + x`` exactly)."""
-        if cfg.eps_high == cfg.eps_low:
-            eps = scalar(cfg.eps_high)
-        else:
-            eps = torch.where(self.sign > 0, scalar(cfg.eps_high), scalar(cfg.eps_low))
-        return torch.mul(self.c, eps).add_(self.sign)
 
     def region(self, cfg: SATConfig) -> TrustRegion:
         """The bounds as dense tensors (Eq. 17; c == 1 keeps the nominal endpoint bit for bit)."""
         hi_nom, lo_nom = 1.0 + cfg.eps_high, 1.0 - cfg.eps_low
-        e, moved = self.endpoint(cfg), self.c < 1
-        hi = torch.where(moved & (self.sign > 0), e, hi_nom).clamp_(max=hi_nom)
-        lo = torch.where(moved & (self.sign < 0), -e, lo_nom).clamp_(min=lo_nom)
+        sign = self.d.sign()
+        e, moved = endpoint(self.c, sign, cfg), self.c < 1
+        hi = torch.where(moved & (sign > 0), e, hi_nom).clamp_(max=hi_nom)
+        lo = torch.where(moved & (sign < 0), -e, lo_nom).clamp_(min=lo_nom)
         return TrustRegion(lo=lo, hi=hi, c=self.c, gated=self.gated > 0, q=self.q)
+
+
+def endpoint(c: torch.Tensor, side: torch.Tensor, cfg: SATConfig) -> torch.Tensor:
+    """Eq. 17's moved endpoint on the side ``side`` (the sign, +1 or -1, of the d it moves for), signed:
+    ``1 + eps_high c`` for +1, ``-(1 - eps_low c)`` for -1 (the same float operations as the bound:
+    ``-(1 - x) == -1 + x`` exactly)."""
+    if cfg.eps_high == cfg.eps_low:
+        eps = scalar(cfg.eps_high)
+    else:
+        eps = torch.where(side > 0, scalar(cfg.eps_high), scalar(cfg.eps_low))
+    return torch.add(torch.mul(c, eps), side)  # side may be wider than c (a gate per response)
 
 
 def gate_threshold(
@@ -115,31 +119,35 @@ def gate(
     threshold = torch.where(q > _ZERO, q, _INF)  # Eq. 16, q > 0
     gated = torch.gt(abs_active, threshold, out=out) if out is not None else torch.gt(abs_active, threshold).float()
     # The kernel is evaluated everywhere and kept on the gate only. The paper's hill form takes the threshold
-    # itself (q, or inf when q == 0: c = 1, finite); the others need a finite q > 0 and |d| raised to it.
+    # itself (q, or inf when q == 0: c = 1, finite) and is 1 off the gate as 1 / (1 + 0 (|d| / q)^n) (off the
+    # gate |d| / q <= 1, so the product is finite); the others need a finite q > 0 and |d| raised to it.
     if cfg.kernel == "hill":
-        c = contraction(abs_active, threshold, cfg.kernel, cfg.exponent)
+        c = contraction(abs_active, threshold, cfg.kernel, cfg.exponent, on=gated)
     else:
         q_safe = q.clamp_min(_TINY)
         c = contraction(abs_active.clamp_min(q_safe), q_safe, cfg.kernel, cfg.exponent)
     if cfg.c_min > C_FLOOR:
         c = c.clamp_min_(cfg.c_min)
-    c = torch.addcmul(torch.sub(_ONE, gated), c, gated)  # c on the gate, exactly 1 elsewhere
-    return Gate(q=q, d=d, sign=d.sign(), gated=gated, c=c)
+    if cfg.kernel != "hill":
+        c = torch.addcmul(torch.sub(_ONE, gated), c, gated)  # c on the gate, exactly 1 elsewhere
+    return Gate(q=q, threshold=threshold, d=d, gated=gated, c=c)
 
 
 def sat_clip(clipped_nominal: torch.Tensor, adv_sign: torch.Tensor, g: Gate, cfg: SATConfig) -> torch.Tensor:
     """``clip(r, lo, hi)`` with Eq. 17's bounds from ``clip(r, 1 - eps_low, 1 + eps_high)``, for the clip of a
-    loss whose advantage has sign ``adv_sign`` (shapes broadcast: a gate per response serves its tokens).
+    loss whose advantage has sign ``adv_sign`` (0 off the active tokens; shapes broadcast: a gate per response
+    serves its tokens).
 
     Only the endpoint on A's side matters to the loss (the other is kept nominal, as verl's ``vanilla`` and
-    the reference do), so only entries with sign(d) == sign(A) move, and on one side: for A > 0
-    ``min(clip, 1 + eps_high c)``, for A < 0 ``max(clip, 1 - eps_low c)``, both ``sign(A) min(sign(A) clip, e)``
-    with the signed endpoint e (:meth:`Gate.endpoint`); elsewhere e is raised past every clip value.
+    the reference do), so only gated entries with sign(d) == sign(A) move, i.e. those with ``d sign(A) > q``
+    (with ``q > 0``), and on one side: for A > 0 ``min(clip, 1 + eps_high c)``, for A < 0
+    ``max(clip, 1 - eps_low c)``, both ``sign(A) min(sign(A) clip, e)`` with the signed endpoint e
+    (:func:`endpoint` on A's side); elsewhere e is +inf.
     """
     if cfg.c_min >= 1:  # c == 1 everywhere: the nominal clip bit for bit
         return clipped_nominal
-    moved = torch.mul(g.sign, adv_sign).mul_(g.gated).sub_(_ONE)  # 0 moved, -1 or -2 not
-    e = torch.add(g.endpoint(cfg), moved, alpha=-(4.0 + cfg.eps_high + cfg.eps_low))
+    moved = torch.gt(torch.mul(g.d, adv_sign), g.threshold)
+    e = torch.where(moved, endpoint(g.c, adv_sign, cfg), _INF)
     return torch.minimum(torch.mul(adv_sign, clipped_nominal), e).mul_(adv_sign)
 
 

@@ -212,3 +212,20 @@ def test_nominal_bounds_exact_for_any_radii(eps):
         assert bool(strong.any())
         assert bool((r.hi[strong & (d > 0)] < f32(1 + eh)).all())
         assert bool((r.lo[strong & (d < 0)] > f32(1 - el)).all())
+
+
+def test_the_hill_gate_mask_leaves_exactly_one_off_the_gate():
+    """``contraction(..., on=gated)`` (the hill form, as the loss's gate calls it): on the gate the value of
+    the plain form bit for bit, exactly 1 off it (also where q is inf: q == 0 gates nothing), also underflowing
+    entries floored at C_FLOOR; any other kernel refuses the mask."""
+    x = torch.tensor([0.0, 0.05, 0.1, 0.2, 3.0, 20.0])
+    for q in (torch.tensor(0.1), torch.tensor(1e-20), torch.tensor(math.inf)):
+        gated = torch.gt(x, q).float()
+        c = contraction(x, q, "hill", 2.0, on=gated)
+        plain = contraction(x, q, "hill", 2.0)
+        assert torch.equal(c[gated > 0], plain[gated > 0])
+        assert c[gated == 0].tolist() == [1.0] * int((gated == 0).sum())
+    assert float(contraction(x, torch.tensor(1e-20), "hill", 2.0, on=torch.ones(6))[-1]) == C_FLOOR
+    for kernel in CONTINUOUS:
+        with pytest.raises(ValueError, match=f"hill kernel only, got kernel '{kernel}'"):
+            contraction(x, torch.tensor(0.1), kernel, 2.0, on=torch.ones(6))
