@@ -12,7 +12,8 @@ With ``x = |d|`` and ``u = (x - q) / q`` (the relative excess over the threshold
 Where a form's float32 value underflows to 0 (``exp`` once u^n > ~87, e.g. q = 0.011, x = 0.13; ``hill`` and
 ``power`` only for x / q > ~1e19), c is raised to :data:`C_FLOOR`, the smallest normal float32 (2^-126), so
 that c stays in (0, 1] as Eq. 16 requires; 1 + eps * C_FLOOR then rounds to 1, the strongest contraction
-float32 can express. Callers pass only gated entries (x > q > 0); the floor ``c_min`` is the caller's.
+float32 can express. Callers pass gated entries (x > q > 0), or, for ``hill``, every entry with the gate as a
+0/1 mask (``on``) and q = inf when q == 0; the floor ``c_min`` is the caller's.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def contraction(
     """Contraction factor for ``abs_d > q > 0`` (elementwise; other entries are the caller's to overwrite).
 
     ``on`` (``hill`` only): a 0/1 float mask, c is exactly 1 where it is 0, ``1 / (1 + on (abs_d / q)^n)``;
-    the caller guarantees ``abs_d / q <= 1`` there (so that the product is 0, not inf * 0).
+    the caller guarantees ``abs_d / q <= 1`` there and ``exponent > 0`` (as SATConfig does), so that the product
+    is 0, not inf * 0.
     """
     if on is not None and kernel != "hill":
         raise ValueError(f"contraction: the gate mask 'on' is for the hill kernel only, got kernel {kernel!r}")

@@ -142,12 +142,14 @@ def sat_clip(clipped_nominal: torch.Tensor, adv_sign: torch.Tensor, g: Gate, cfg
     the reference do), so only gated entries with sign(d) == sign(A) move, i.e. those with ``d sign(A) > q``
     (with ``q > 0``), and on one side: for A > 0 ``min(clip, 1 + eps_high c)``, for A < 0
     ``max(clip, 1 - eps_low c)``, both ``sign(A) min(sign(A) clip, e)`` with the signed endpoint e
-    (:func:`endpoint` on A's side); elsewhere e is +inf.
+    (:func:`endpoint` on A's side); elsewhere e is raised past every clip value.
     """
     if cfg.c_min >= 1:  # c == 1 everywhere: the nominal clip bit for bit
         return clipped_nominal
-    moved = torch.gt(torch.mul(g.d, adv_sign), g.threshold)
-    e = torch.where(moved, endpoint(g.c, adv_sign, cfg), _INF)
+    moved = torch.mul(g.d, adv_sign)
+    torch.gt(moved, g.threshold, out=moved)  # 1 where the endpoint moves, else 0 (a float output: vectorised)
+    # e = the endpoint where it moves; elsewhere raised by 4 + eps_high + eps_low, past every signed clip value
+    e = endpoint(g.c, adv_sign, cfg).add_(moved.sub_(_ONE), alpha=-(4.0 + cfg.eps_high + cfg.eps_low))
     return torch.minimum(torch.mul(adv_sign, clipped_nominal), e).mul_(adv_sign)
 
 
