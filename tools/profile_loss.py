@@ -1,6 +1,7 @@
 """torch.profiler breakdown of one loss call (forward+backward) per case, through verl's registry.
 
-Writes ``results/<stem>.md``: for each case the number of ATen ops one call dispatches and the aten ops by
+Writes ``results/<stem>.md``: for each case the number of ATen ops one call dispatches, how many torch calls it
+makes from Python (functions and tensor methods, through a TorchFunctionMode), and the aten ops by
 self CPU time (the forward's and the backward's ops together), averaged over ``--reps`` calls, and the
 Python-level split (cProfile) of SAT's forward into sanitise / trust region / surrogate / diagnostics.
 
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -34,6 +36,19 @@ class _OpCount(TorchDispatchMode):
         self.n = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _PythonCalls(TorchFunctionMode):
+    """Counts the torch functions and tensor methods one call makes from Python (the loss's code, verl's, and
+    ``backward()``; not the ops autograd's engine dispatches), attribute reads such as ``.shape`` included."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         self.n += 1
         return func(*args, **(kwargs or {}))
 
@@ -60,6 +75,9 @@ def main(argv=None) -> None:
         runner.call(c, True)()
         with _OpCount() as ops:
             runner.call(c, True)()
+        call = runner.call(c, True)
+        with _PythonCalls() as py:
+            call()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(args.reps):
                 runner.call(c, True)()
@@ -78,7 +96,8 @@ def main(argv=None) -> None:
                 for e in top
             ],
         )
-        sections.append((f"{c.key}: {total:.2f} ms self CPU and {ops.n} ATen ops per forward+backward", body))
+        title = f"{c.key}: {total:.2f} ms self CPU, {ops.n} ATen ops, {py.n} torch calls from Python per fwd+bwd"
+        sections.append((title, body))
         if c.loss.startswith("sat"):
             pr = cProfile.Profile()
             pr.enable()
