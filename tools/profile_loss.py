@@ -1,9 +1,9 @@
 """torch.profiler breakdown of one loss call (forward+backward) per case, through verl's registry.
 
 Writes ``results/<stem>.md``: for each case the number of ATen ops one call dispatches, how many torch calls it
-makes from Python (functions and tensor methods, through a TorchFunctionMode), and the aten ops by
-self CPU time (the forward's and the backward's ops together), averaged over ``--reps`` calls, and the
-Python-level split (cProfile) of SAT's forward into sanitise / trust region / surrogate / diagnostics.
+makes from Python (functions and tensor methods, through a TorchFunctionMode) and which function made them, the
+aten ops by self CPU time (the forward's and the backward's ops together), averaged over ``--reps`` calls, and
+the Python-level split (cProfile) of SAT's call.
 
     python tools/profile_loss.py --size 4M --cases vanilla,sat[micro]
 """
@@ -15,6 +15,7 @@ import cProfile
 import io
 import pstats
 import sys
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -40,16 +41,35 @@ class _OpCount(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+_OWN_CODE = ("/sat_ext/", "/verl/", "/benchmarks/")
+
+
+def _caller() -> str:
+    """The innermost frame outside torch that made the current torch call, as ``path:function`` (the path from
+    its ``sat_ext``, ``verl`` or ``benchmarks`` folder on), or ``other``."""
+    f = sys._getframe(2)
+    while f is not None:
+        path = f.f_code.co_filename.replace("\\", "/")
+        for root in _OWN_CODE:
+            if root in path:
+                return f"{root.strip('/')}/{path.split(root, 1)[1]}:{f.f_code.co_name}"
+        f = f.f_back
+    return "other"
+
+
 class _PythonCalls(TorchFunctionMode):
     """Counts the torch functions and tensor methods one call makes from Python (the loss's code, verl's, and
-    ``backward()``; not the ops autograd's engine dispatches), attribute reads such as ``.shape`` included."""
+    ``backward()``; not the ops autograd's engine dispatches), attribute reads such as ``.shape`` included, and
+    which function made each (:func:`_caller`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.n = 0
+        self.by_caller: Counter[str] = Counter()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.n += 1
+        self.by_caller[_caller()] += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -98,6 +118,12 @@ def main(argv=None) -> None:
         )
         title = f"{c.key}: {total:.2f} ms self CPU, {ops.n} ATen ops, {py.n} torch calls from Python per fwd+bwd"
         sections.append((title, body))
+        sections.append(
+            (
+                f"{c.key}: torch calls from Python by the function that made them",
+                C.md_table(["function", "torch calls / call"], [[k, str(v)] for k, v in py.by_caller.most_common()]),
+            )
+        )
         if c.loss.startswith("sat"):
             pr = cProfile.Profile()
             pr.enable()
@@ -110,7 +136,7 @@ def main(argv=None) -> None:
             sections.append(
                 (f"{c.key}: Python-level split (cProfile, {args.reps} calls)", "```\n" + "\n".join(lines) + "\n```")
             )
-        print(sections[-1][0] if not c.loss.startswith("sat") else sections[-2][0], flush=True)
+        print(title, flush=True)
     env = C.environment(device, tokens=n)
     C.write_md(C.RESULTS / f"{args.stem}.md", f"profile_loss at {args.size} tokens", env, sections)
     print(f"wrote {C.RESULTS / args.stem}.md")
