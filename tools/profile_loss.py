@@ -45,14 +45,16 @@ _OWN_CODE = ("/sat_ext/", "/verl/", "/benchmarks/")
 
 
 def _caller() -> str:
-    """The innermost frame outside torch that made the current torch call, as ``path:function`` (the path from
-    its ``sat_ext``, ``verl`` or ``benchmarks`` folder on), or ``other``."""
+    """The innermost frame that made the current torch call from a file under a ``sat_ext/``, ``verl/`` or
+    ``benchmarks/`` folder (torch's, the standard library's and this tool's frames are skipped), as
+    ``path:function`` with the path from the folder named last in it (so a checkout's own folder name does not
+    count), or ``other``."""
     f = sys._getframe(2)
     while f is not None:
         path = f.f_code.co_filename.replace("\\", "/")
-        for root in _OWN_CODE:
-            if root in path:
-                return f"{root.strip('/')}/{path.split(root, 1)[1]}:{f.f_code.co_name}"
+        root = max(_OWN_CODE, key=path.rfind)
+        if root in path:
+            return f"{root.strip('/')}/{path.rsplit(root, 1)[1]}:{f.f_code.co_name}"
         f = f.f_back
     return "other"
 
