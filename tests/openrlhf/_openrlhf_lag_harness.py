@@ -47,6 +47,11 @@ import _openrlhf_stubs  # noqa: E402
 EOS = 1
 WORDS = ["<pad>", "<eos>"] + [f"w{i}" for i in range(40)]
 N_PROMPTS = 16
+# Deadlock limits, far above the quiet times (each scenario's loops 1-8 s, the Ray run's fit() about 30 s on the
+# 2-core CPU machine): the harness overlaps the rest of the suite, and a machine busy with the smoke runs slowed
+# the fit past an earlier 180 s limit (and one scenario's loops past 120 s, with four busy processes beside it).
+LOOPS_TIMEOUT_S = 300.0
+FIT_TIMEOUT_S = 600
 
 
 class SamplingParams:
@@ -507,7 +512,7 @@ def _start_loops(args, shared, clock, gen_delay, train_delay):
     return generator, trainer, group, engine
 
 
-def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
+def run_loops(args, shared, clock, gen_delay, train_delay, timeout=LOOPS_TIMEOUT_S):
     """The real generator and trainer loops of the lag subclasses, in two threads of this process."""
     import threading
 
@@ -533,7 +538,10 @@ def run_loops(args, shared, clock, gen_delay, train_delay, timeout=120.0):
     for t in threads:
         t.join(timeout=max(1.0, timeout - (time.time() - t0)))
     if any(t.is_alive() for t in threads):
-        errors.append(f"the loops did not finish within {timeout} s (deadlock?): {_clock_state(clock)}")
+        errors.append(
+            f"the loops did not finish within {timeout} s (deadlock?, load average {os.getloadavg()}): "
+            f"{_clock_state(clock)}"
+        )
     return {
         "logs": _lag_logs(logs),
         "evals": evals,
@@ -654,7 +662,13 @@ def finish_full_run(run):
     report = ray.get(trainer.__ray_call__.remote(_orchestrator_report), timeout=60)
     generator, training = report.pop("generator"), report.pop("trainer")
     ray.get(training.__ray_call__.remote(_install_recorder), timeout=300)
-    ray.get(trainer.fit.remote(), timeout=180)
+    try:
+        ray.get(trainer.fit.remote(), timeout=FIT_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError as e:
+        raise RuntimeError(
+            f"the Ray run's fit() did not finish within {FIT_TIMEOUT_S} s (deadlock?, load average "
+            f"{os.getloadavg()}; it takes about 30 s on a quiet 2-core machine)"
+        ) from e
     result = ray.get(training.__ray_call__.remote(_trainer_result), timeout=60)
     result.update(
         max_steps=max_steps,
