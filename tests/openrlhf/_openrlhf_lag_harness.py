@@ -48,7 +48,7 @@ EOS = 1
 WORDS = ["<pad>", "<eos>"] + [f"w{i}" for i in range(40)]
 N_PROMPTS = 16
 # Deadlock limits, far above the quiet times (each scenario's loops 1-8 s, the Ray run's fit() about 30 s on the
-# 2-core CPU machine): the harness overlaps the rest of the suite, and a machine busy with the smoke runs slowed
+# 2-core CPU machine): the harness overlaps the rest of the suite, which on a slower host slowed
 # the fit past an earlier 180 s limit (and one scenario's loops past 120 s, with four busy processes beside it).
 LOOPS_TIMEOUT_S = 300.0
 FIT_TIMEOUT_S = 600
