@@ -85,6 +85,12 @@ def environment(device: torch.device, **extra: Any) -> dict[str, str]:
     return env
 
 
+def command_line(script: str, argv: Sequence[str] | None) -> str:
+    """``python benchmarks/<script's name> <arguments>`` for a result file: ``argv`` when ``main(argv)`` was called
+    from Python (a test), else the process's own arguments."""
+    return " ".join(["python", f"benchmarks/{Path(script).name}", *(sys.argv[1:] if argv is None else argv)])
+
+
 def _mem_total_gib() -> float:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():

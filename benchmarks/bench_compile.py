@@ -73,7 +73,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     env = C.environment(torch.device("cpu"))
-    env["command"] = "python benchmarks/bench_compile.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    env["command"] = C.command_line(__file__, argv)
     env["inductor_cache"] = inductor_cache()
     rows = []
     for size in args.sizes.split(","):

@@ -166,7 +166,7 @@ def main(argv=None) -> None:
     model = build_model(args.model, args.layers, dtype, device)
     depth = model.config.num_hidden_layers
     env = C.environment(device, model=f"{args.model} ({depth} layers, random weights, {args.dtype or dtype})")
-    env["command"] = "python benchmarks/bench_loss_share.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    env["command"] = C.command_line(__file__, argv)
     rows = []
     for size in args.sizes.split(","):
         n = C.parse_size(size)
