@@ -38,9 +38,10 @@ class LagConfig:
     prefetch: interval mode: how many trainer steps ahead of the trainer the rollout generates
         (0 = a batch is generated after the previous step, 1 = one-step-off, ...).
     over_bound: bounded mode: "wait" (the default: groups are consumed first in, first out and the trainer
-        waits for a straggler, so admission alone keeps every lag <= max_lag and nothing is dropped; a lag
-        over the bound is an error), "drop" (take whatever finished first; a group over the bound is
-        discarded and counted) or "regenerate" (as drop, but its id is generated again with current weights).
+        waits for a straggler, so admission alone keeps every lag <= max_lag and nothing is dropped; a sample
+        over the bound is a fault, dropped and counted under ``lag/dropped``), "drop" (take whatever finished
+        first; a group over the bound is discarded and counted) or "regenerate" (as drop, but its id is
+        generated again with current weights).
     batch_size: samples the trainer consumes per step.
     max_outstanding: off mode's queue bound (samples in flight + ready); None = 2 * batch_size.
     hist_edges: left edges of the lag histogram bins (strictly increasing, from 0; the last bin is open).

@@ -17,17 +17,20 @@ policy version trained on at global step t is t - 1.
   dropped; ``drop`` consumes what finished first and evicts groups over the bound (counted, with their lengths).
 
 The warm-up count: verl submits ``floor(num_warmup_batches * train_batch_size / gen_batch_size)`` whole
-``gen_batch_size`` chunks ahead (trainer_base.py ``_add_async_warmup_batches``) and refills an evicted group with
-``gen_batch_size``-sized fetches. Its async trainers set ``data.gen_batch_size=1`` in ``_init_dataloader``
-(whatever the user set, with a warning), before the warm-up and every refill; the overrides set it too, so
-the count is ``floor(num_warmup_batches * train_batch_size)`` prompts and a single evicted group can be refilled.
+``gen_batch_size`` chunks ahead (trainer_base.py ``_add_async_warmup_batches``), in that order of float operations,
+and refills an evicted group with ``gen_batch_size``-sized fetches. Its async trainers set ``data.gen_batch_size=1``
+in ``_init_dataloader`` (whatever the user set, with a warning), before the warm-up and every refill; the overrides
+set it too, so the count is :func:`verl_warmup_prompts` and a single evicted group can be refilled. The float p/n
+times n·B can round to just under p·B (n = 11, p = 3, B = 5: 14.999999999999998), so the overrides write the
+smallest float at or above p/n whose count is p·B (:func:`num_warmup_batches_for`), and the launch check reads
+back the count verl will submit, not the fraction.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from fractions import Fraction
+from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -64,19 +67,88 @@ def _positive_int(key: str, value: Any) -> None:
         raise LagConfigError(key, value, "must be an integer >= 1")
 
 
-def warmup_batches(cfg: LagConfig) -> Fraction:
-    """verl's ``num_warmup_batches`` (in global steps of ``sync_every`` batches): bounded L, interval p / n."""
-    if cfg.mode == "bounded":
-        return Fraction(cfg.max_lag)
-    return Fraction(cfg.prefetch, cfg.interval)
+def verl_warmup_prompts(num_warmup_batches: float, train_batch_size: int) -> int:
+    """The prompts verl 0.9.1's async trainers submit ahead: ``floor(num_warmup_batches * train_batch_size / 1)``,
+    in verl's own float operations (trainer_base.py ``_add_async_warmup_batches``, with ``gen_batch_size`` forced
+    to 1 by ``_init_dataloader``)."""
+    return math.floor(num_warmup_batches * train_batch_size / 1)
 
 
-def check_verl_lag(cfg: LagConfig, trainer_mode: str, trainer_config: Mapping[str, Any]) -> EngineSettings:
-    """Raise :class:`LagConfigError` if verl's ``trainer_mode`` with its ``trainer.v1.separate_async`` block
-    cannot deliver ``cfg`` (:func:`sat_ext.lag.config.check_compatible`); return what verl will do."""
-    engine = verl_engine_settings(trainer_mode, trainer_config)
+def num_warmup_batches_for(prompts: int, train_batch_size: int) -> float:
+    """The smallest float ``num_warmup_batches`` >= ``prompts / train_batch_size`` for which verl submits exactly
+    ``prompts`` prompts ahead (:func:`verl_warmup_prompts`): p/n itself, or the next float up where p/n times n·B
+    rounds to just under p·B."""
+    value = prompts / train_batch_size
+    while verl_warmup_prompts(value, train_batch_size) < prompts:
+        value = math.nextafter(value, math.inf)
+    return value
+
+
+@dataclass(frozen=True)
+class VerlSchedule:
+    """The verl 0.9.1 keys that set the separate_async trainer's schedule, as a composed config holds them."""
+
+    trainer_mode: str
+    parameter_sync_step: int
+    num_warmup_batches: float
+    train_batch_size: int
+    ppo_mini_batch_size: int
+
+    @classmethod
+    def of(cls, config: Any) -> VerlSchedule:
+        """Read from a composed verl config (verl's defaults where a key is absent)."""
+        block = _get(config, f"trainer.v1.{BASE_MODE}", {}) or {}
+        return cls(
+            trainer_mode=_get(config, "trainer.v1.trainer_mode", "sync"),
+            parameter_sync_step=block.get("parameter_sync_step", 1),
+            num_warmup_batches=block.get("num_warmup_batches", 1),
+            train_batch_size=_get(config, "data.train_batch_size"),
+            ppo_mini_batch_size=_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size"),
+        )
+
+
+def check_verl_lag(cfg: LagConfig, schedule: VerlSchedule) -> EngineSettings:
+    """Raise :class:`LagConfigError` if verl's trainer with ``schedule`` cannot deliver ``cfg``
+    (:func:`sat_ext.lag.config.check_compatible`), would refuse the batch arithmetic inside Ray
+    (:func:`check_batch_arithmetic`) or would submit a warm-up that is not whole batches (:func:`check_warmup`);
+    return what verl will do."""
+    engine = verl_engine_settings(schedule)
+    if engine.sync_every == cfg.sync_every:  # else check_compatible names parameter_sync_step, the key to fix
+        check_batch_arithmetic(schedule)
+        check_warmup(schedule)
     check_compatible(cfg, engine)
     return engine
+
+
+def check_batch_arithmetic(schedule: VerlSchedule) -> None:
+    """verl's separate_async asserts ``train_batch_size == parameter_sync_step * ppo_mini_batch_size`` in its
+    constructor, inside Ray (trainer_separate_async.py, ``PPOTrainerSeparateAsync.__init__``): checked here first."""
+    sync_every, batch = schedule.parameter_sync_step, schedule.ppo_mini_batch_size
+    _positive_int("actor_rollout_ref.actor.ppo_mini_batch_size", batch)
+    if schedule.train_batch_size != sync_every * batch:
+        raise LagConfigError(
+            "data.train_batch_size",
+            schedule.train_batch_size,
+            f"must equal trainer.v1.{BASE_MODE}.parameter_sync_step x actor_rollout_ref.actor.ppo_mini_batch_size = "
+            f"{sync_every} x {batch}: set data.train_batch_size={sync_every * batch} (verl asserts it inside Ray; "
+            "sat_ext.verl.lag_overrides.verl_overrides sets both)",
+        )
+
+
+def check_warmup(schedule: VerlSchedule) -> None:
+    """The prompts verl submits ahead (:func:`verl_warmup_prompts`) must be whole optimizer steps of
+    ``ppo_mini_batch_size`` prompts; the error names the ``num_warmup_batches`` to set."""
+    batch, total = schedule.ppo_mini_batch_size, schedule.train_batch_size
+    prompts = verl_warmup_prompts(float(schedule.num_warmup_batches), total)
+    if prompts % batch:
+        whole = round(prompts / batch)  # the nearest: a float p/n usually misses p*B by one prompt
+        raise LagConfigError(
+            f"trainer.v1.{BASE_MODE}.num_warmup_batches",
+            schedule.num_warmup_batches,
+            f"must be a whole number of batches: verl would submit {prompts} prompts ahead, not a multiple of "
+            f"ppo_mini_batch_size={batch}; set it to {num_warmup_batches_for(whole * batch, total)!r} for {whole} "
+            "batches ahead (sat_ext.verl.lag_overrides.verl_overrides computes it)",
+        )
 
 
 def verl_overrides(
@@ -107,16 +179,8 @@ def verl_overrides(
     if denominator not in DENOMINATORS:
         raise LagConfigError("denominator", denominator, f"must be one of {'|'.join(DENOMINATORS)}")
     sync_every = cfg.sync_every
-    warmup = float(warmup_batches(cfg))
-    submitted = math.floor(warmup * sync_every * train_batch_size)  # what verl submits ahead (trainer_base.py)
-    if cfg.mode == "interval" and submitted != cfg.prefetch * train_batch_size:
-        raise LagConfigError(
-            "lag.prefetch",
-            cfg.prefetch,
-            f"with lag.interval={sync_every} and {train_batch_size} prompts per step cannot be expressed as verl's "
-            f"float num_warmup_batches={warmup}: verl would submit {submitted} prompts ahead, not "
-            f"{cfg.prefetch * train_batch_size}; use another interval (a power of two always works)",
-        )
+    ahead = cfg.prefetch if cfg.mode == "interval" else cfg.max_lag  # batches submitted ahead
+    warmup = num_warmup_batches_for(ahead * train_batch_size, sync_every * train_batch_size)
     out = [
         "trainer.use_v1=true",
         f"trainer.v1.trainer_mode={TRAINER_MODE}",
@@ -148,41 +212,40 @@ def verl_overrides(
                 "kept_weights_dir", kept_weights_dir, "needs the checkpoint denominator (none is kept)"
             )
         out.append(f"+{KEPT_WEIGHTS_DIR_KEY}={kept_weights_dir}")
-    check_verl_lag(cfg, TRAINER_MODE, {"parameter_sync_step": sync_every, "num_warmup_batches": warmup})
+    check_verl_lag(cfg, VerlSchedule(TRAINER_MODE, sync_every, warmup, sync_every * train_batch_size, train_batch_size))
     return out
 
 
-def verl_engine_settings(trainer_mode: str, trainer_config: Mapping[str, Any]) -> EngineSettings:
-    """What verl's V1 trainer ``trainer_mode`` will do, read from its ``trainer.v1.separate_async`` block.
+def verl_engine_settings(schedule: VerlSchedule) -> EngineSettings:
+    """What verl's V1 trainer will do with ``schedule``; raises :class:`LagConfigError` for a trainer mode without
+    sat_ext's lag control.
 
     sat_ext's trainer (``sat_separate_async``) waits for in-flight requests before each broadcast in interval
-    mode, so nothing is resumed on new weights; verl's own separate_async resumes them (partial rollout).
+    mode, so nothing is resumed on new weights; verl's own separate_async resumes them (partial rollout). The
+    prefetch is the count verl really submits ahead (:func:`verl_warmup_prompts`), in whole optimizer steps of
+    ``train_batch_size / parameter_sync_step`` prompts (:func:`check_warmup` refuses a count that is not whole).
     """
-    if trainer_mode not in (TRAINER_MODE, BASE_MODE):
+    mode = schedule.trainer_mode
+    if mode not in (TRAINER_MODE, BASE_MODE):
         raise LagConfigError(
             "trainer.v1.trainer_mode",
-            trainer_mode,
+            mode,
             f"must be {TRAINER_MODE} for sat_ext's lag control (launch with python -m sat_ext.verl.main_ppo)",
         )
-    sync_every = int(trainer_config.get("parameter_sync_step", 1))
-    warmup = Fraction(str(trainer_config.get("num_warmup_batches", 1))).limit_denominator(sync_every)
     prefix = f"trainer.v1.{BASE_MODE}"
-    prefetch = warmup * sync_every
-    if prefetch.denominator != 1:
-        raise LagConfigError(
-            f"{prefix}.num_warmup_batches",
-            float(warmup),
-            f"must be a whole number of batches (a multiple of 1/{sync_every}) with parameter_sync_step={sync_every}",
-        )
+    sync_every, total = schedule.parameter_sync_step, schedule.train_batch_size
+    _positive_int(f"{prefix}.parameter_sync_step", sync_every)
+    _positive_int("data.train_batch_size", total)
+    prompts = verl_warmup_prompts(float(schedule.num_warmup_batches), total)
     return EngineSettings(
-        engine=f"verl {trainer_mode}",
-        partial_rollout=trainer_mode == BASE_MODE,
+        engine=f"verl {mode}",
+        partial_rollout=mode == BASE_MODE,
         oversampling=False,
         # trajectories carry min_global_steps / max_global_steps
         reports_sample_versions=True,
         # its sampler can only replace an evicted group with a fresh prompt from the dataloader
         can_regenerate=False,
-        prefetch_steps=int(prefetch),
+        prefetch_steps=prompts * sync_every // total,  # whole optimizer steps of total / sync_every prompts
         sync_every=sync_every,
         keys={
             "prefetch_steps": f"{prefix}.num_warmup_batches",
@@ -254,21 +317,33 @@ def lag_from_sampler_kwargs(block: Mapping[str, Any] | None) -> tuple[LagConfig,
 def check_verl_config(config: Any) -> dict[str, Any]:
     """Check a composed verl config that selects sat_ext's lag trainer; return sampler kwargs to add.
 
-    Raises :class:`LagConfigError` naming the key for: another sampler, ``actor_rollout_ref.hybrid_engine``
-    on (rollout replicas would also land on the trainer GPUs), a lag block verl cannot deliver
-    (:func:`check_verl_lag`: ``over_bound=regenerate``, a ``parameter_sync_step`` / ``num_warmup_batches``
-    that disagrees with it), ``actor.ppo_epochs`` other than 1, ``algorithm.filter_groups`` with
-    lag.mode=interval (a filtered group is refilled with a prompt generated by newer weights, so a batch
-    would mix versions), lag.mode=bounded without bypass mode (its batches mix versions, so no single
-    checkpoint's log-probs exist), and ``algorithm.rollout_correction.rollout_is`` (TIS) where verl would
-    silently compute no weights (bypass mode, or no rollout log-probs), and a relative or useless
-    ``trainer.v1.sat_ext.kept_weights_dir``. With bounded mode, DAPO's ``filter_groups`` metric is forwarded to
+    Raises :class:`LagConfigError` naming the key for: sat_ext's sampler under another ``trainer.v1.trainer_mode``,
+    another sampler, ``actor_rollout_ref.hybrid_engine`` on (rollout replicas would also land on the trainer
+    GPUs), a ``max_off_policy_threshold`` (verl's span rule, replaced by the sampler's), a lag block verl cannot
+    deliver (:func:`check_verl_lag`: ``over_bound=regenerate``, a ``parameter_sync_step`` / ``num_warmup_batches``
+    that disagrees with it, counted as verl counts the warm-up, a ``data.train_batch_size`` that is not
+    ``parameter_sync_step`` x ``ppo_mini_batch_size``), ``actor.ppo_epochs`` other than 1,
+    ``algorithm.filter_groups`` with lag.mode=interval (a filtered group is refilled with a prompt generated by
+    newer weights, so a batch would mix versions), lag.mode=bounded without bypass mode (its batches mix
+    versions, so no single checkpoint's log-probs exist), and ``algorithm.rollout_correction.rollout_is`` (TIS)
+    where verl would silently compute no weights (bypass mode, or no rollout log-probs), and a relative or
+    useless ``trainer.v1.sat_ext.kept_weights_dir``. With bounded mode, DAPO's ``filter_groups`` metric is forwarded to
     the sampler (returned as ``{FILTER_KEY: ...}``), which verl does not do for a custom sampler.
     """
-    if _get(config, "trainer.v1.trainer_mode") != TRAINER_MODE:
-        return {}
+    mode = _get(config, "trainer.v1.trainer_mode")
     name = _get(config, "trainer.v1.sampler.custom_sampler.name")
-    if name != SAMPLER_NAME or _get(config, "trainer.v1.sampler.custom_sampler.path") != SAMPLER_PATH:
+    path = _get(config, "trainer.v1.sampler.custom_sampler.path")
+    if mode != TRAINER_MODE:
+        if name == SAMPLER_NAME or path == SAMPLER_PATH:
+            raise LagConfigError(
+                "trainer.v1.trainer_mode",
+                mode,
+                f"must be {TRAINER_MODE} with sat_ext's lag sampler ({SAMPLER_NAME}): set "
+                f"trainer.v1.trainer_mode={TRAINER_MODE} (sat_ext.verl.lag_overrides.verl_overrides sets it; "
+                f"verl's own {mode} trainer does not keep the lag schedule)",
+            )
+        return {}
+    if name != SAMPLER_NAME or path != SAMPLER_PATH:
         raise LagConfigError(
             "trainer.v1.sampler.custom_sampler.name", name, f"must be {SAMPLER_NAME} (path {SAMPLER_PATH})"
         )
@@ -276,8 +351,17 @@ def check_verl_config(config: Any) -> dict[str, Any]:
         raise LagConfigError(
             "actor_rollout_ref.hybrid_engine", True, "must be false: rollout runs on the rollout GPUs only"
         )
+    threshold = _get(config, "trainer.v1.sampler.max_off_policy_threshold")
+    if threshold is not None:
+        raise LagConfigError(
+            "trainer.v1.sampler.max_off_policy_threshold",
+            threshold,
+            "must be null with sat_ext's lag sampler: the lag block's rules replace verl's span rule, which would be "
+            "ignored (and with max_off_policy_strategy=wait would hold sampling back); set "
+            "trainer.v1.sampler.max_off_policy_threshold=null and bound the lag with lag.max_lag",
+        )
     lag, _ = lag_from_sampler_kwargs(_get(config, "trainer.v1.sampler.sampler_kwargs", {}))
-    check_verl_lag(lag, TRAINER_MODE, _get(config, f"trainer.v1.{BASE_MODE}", {}) or {})
+    check_verl_lag(lag, VerlSchedule.of(config))
     epochs = _get(config, "actor_rollout_ref.actor.ppo_epochs", 1)
     if epochs != 1:
         raise LagConfigError(

@@ -16,7 +16,9 @@ Which groups a local update takes (:mod:`sat_ext.lag.batches`):
   random order fixed at submission), once all of them have finished, so a batch's lag never depends on its
   response lengths; failed (and, in bounded mode, DAPO-filtered) groups are evicted and refilled as verl does;
 - bounded ``drop``: verl's own order (oldest finished groups first), and a group with any trajectory over
-  ``lag.max_lag`` is evicted, refilled, and counted with its response lengths.
+  ``lag.max_lag`` is evicted, refilled, and counted with its response lengths. In bounded ``wait`` no group can be
+  over the bound (verl's prefetch window is the admission control); one that is anyway is evicted and counted the
+  same way, so it can never stop the queue.
 
 Metrics (:class:`sat_ext.lag.LagMetrics`, counted per trajectory, without ``lag/producer_idle_s``) are
 returned by the last ``sample`` call of each global step.
@@ -37,7 +39,8 @@ from sat_ext.lag.metrics import LagMetrics
 from sat_ext.lag.versions import VersionSpan, sample_lag
 
 from ._upstream import ReplayBufferSeam, accumulate_eviction_metrics
-from .prepared import prepared_lag
+from .lag_overrides import TRAINER_MODE
+from .prepared import LAUNCHER, UnpreparedConfigError, prepared_lag
 
 
 class SATLagReplayBuffer(ReplayBufferSeam):
@@ -52,6 +55,12 @@ class SATLagReplayBuffer(ReplayBufferSeam):
         sampler_kwargs: DictConfig,
         **kwargs,
     ):
+        if trainer_mode != TRAINER_MODE:
+            raise UnpreparedConfigError(
+                f"trainer.v1.trainer_mode={trainer_mode}: sat_ext's lag sampler runs only under "
+                f"trainer.v1.trainer_mode={TRAINER_MODE} (verl's {trainer_mode} does not keep the lag schedule); set "
+                f"it and launch with `python -m {LAUNCHER}` (sat_ext.verl.lag_overrides.verl_overrides sets both)"
+            )
         self.lag, filter_metric = prepared_lag(sampler_kwargs)
         super().__init__(
             trainer_mode=trainer_mode,
@@ -97,7 +106,10 @@ class SATLagReplayBuffer(ReplayBufferSeam):
     # ------------------------------------------------------------------ verl hooks
 
     def stale_terminal_keys(self, global_steps: int, partition_id: str) -> set[str]:
-        if partition_id == "val" or self.lag.mode != "bounded" or waits_for_stragglers(self.lag):
+        """Bounded mode: finished groups with a trajectory over ``lag.max_lag`` (evicted, counted and refilled).
+        With ``over_bound=wait`` admission keeps every lag within the bound; a group over it is a fault, evicted
+        and counted under ``lag/dropped`` rather than refused at the head of the queue."""
+        if partition_id == "val" or self.lag.mode != "bounded":
             return set()
         trajectories = self._trajectories(partition_id, set(self.finished_keys[partition_id]))
         return {

@@ -587,7 +587,7 @@ def test_lag_files_are_sat_ext_lags_translation(lag, composed):
     """lag/lagK.yaml + denominator/*.yaml == sat_ext.verl.lag_overrides.verl_overrides(lag block, 256 prompts,
     eval every 5 (lag 1) / 8 (lag 8), denominator), key by key."""
     from sat_ext.lag import LagConfig, check_compatible
-    from sat_ext.verl.lag_overrides import BASE_MODE, check_verl_config, verl_engine_settings, verl_overrides
+    from sat_ext.verl.lag_overrides import VerlSchedule, check_verl_config, verl_engine_settings, verl_overrides
 
     block = LagConfig.from_dict(_LAG_BLOCKS[lag])
     translations = {}
@@ -606,10 +606,9 @@ def test_lag_files_are_sat_ext_lags_translation(lag, composed):
         cfg = composed[name]
         for key in keys:
             assert OmegaConf.select(cfg, key) == OmegaConf.select(translated, key), (name, key)
-        mode = cfg.trainer.v1.trainer_mode
         check_compatible(
             LagConfig.from_dict(OmegaConf.to_container(cfg.trainer.v1.sampler.sampler_kwargs)),
-            verl_engine_settings(mode, cfg.trainer.v1[BASE_MODE]),
+            verl_engine_settings(VerlSchedule.of(cfg)),
         )
         assert check_verl_config(cfg) == {}
 

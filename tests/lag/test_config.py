@@ -245,33 +245,30 @@ def test_openrlhf_launcher_accepts_what_its_engine_can_do():
 
 
 @pytest.mark.parametrize(
-    "lag,trainer_mode,block,message",
+    "lag,schedule,message",
     [
         (
             LagConfig(mode="bounded", max_lag=1, over_bound="regenerate"),
-            "sat_separate_async",
-            {"parameter_sync_step": 1, "num_warmup_batches": 1},
+            ("sat_separate_async", 1, 1, 8, 8),
             "lag.over_bound is not available on verl sat_separate_async: it cannot generate a group over the bound "
             "again with current weights",
         ),
         (
             LagConfig(mode="bounded", max_lag=1),
-            "sat_separate_async",
-            {"parameter_sync_step": 1, "num_warmup_batches": 2},
+            ("sat_separate_async", 1, 2, 8, 8),
             "trainer.v1.separate_async.num_warmup_batches lets a batch be generated up to 2 weight syncs before it "
             "is trained, over lag.max_lag=1",
         ),
         (
             LagConfig(mode="interval", interval=2, prefetch=1),
-            "separate_async",
-            {"parameter_sync_step": 2, "num_warmup_batches": 0.5},
+            ("separate_async", 2, 0.5, 16, 8),
             "breaks lag.mode=interval with lag.prefetch=1: a sample in flight",
         ),
     ],
 )
-def test_verl_refuses_through_check_compatible(lag, trainer_mode, block, message):
+def test_verl_refuses_through_check_compatible(lag, schedule, message):
     pytest.importorskip("omegaconf")
-    from sat_ext.verl.lag_overrides import check_verl_lag
+    from sat_ext.verl.lag_overrides import VerlSchedule, check_verl_lag
 
     with pytest.raises(LagConfigError, match=message):
-        check_verl_lag(lag, trainer_mode, block)
+        check_verl_lag(lag, VerlSchedule(*schedule))

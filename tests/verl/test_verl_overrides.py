@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 verl = pytest.importorskip("verl")
 from hydra import compose, initialize_config_dir  # noqa: E402
@@ -17,6 +20,7 @@ from sat_ext.verl.lag_overrides import (  # noqa: E402
     SAMPLER_NAME,
     SAMPLER_PATH,
     TRAINER_MODE,
+    VerlSchedule,
     check_verl_config,
     verl_engine_settings,
     verl_overrides,
@@ -32,7 +36,7 @@ def _compose(config_name: str, overrides: list[str]):
 
 
 def _engine(cfg):
-    return verl_engine_settings(cfg.trainer.v1.trainer_mode, cfg.trainer.v1[BASE_MODE])
+    return verl_engine_settings(VerlSchedule.of(cfg))
 
 
 def _lag(cfg) -> LagConfig:
@@ -102,7 +106,7 @@ def test_user_settings_that_break_the_bound_are_named():
     interval = LagConfig(mode="interval", interval=8, prefetch=1)
     cfg = _compose("ppo_trainer", verl_overrides(interval, 64) + ["trainer.v1.separate_async.num_warmup_batches=0.3"])
     with pytest.raises(LagConfigError, match=r"^trainer\.v1\.separate_async\.num_warmup_batches must be a whole"):
-        _engine(cfg)
+        check_verl_config(cfg)
 
 
 def test_verl_s_own_partial_rollout_trainer_is_refused_for_interval_prefetch():
@@ -208,6 +212,78 @@ def test_whole_config_checks_name_the_key(lag, extra, key):
     with pytest.raises(LagConfigError) as err:
         check_verl_config(cfg)
     assert err.value.key == key
+
+
+@pytest.mark.parametrize(
+    "extra,key,fix",
+    [
+        (  # sat_ext's sampler under verl's own partial-rollout trainer: refused here, not inside Ray
+            [f"trainer.v1.trainer_mode={BASE_MODE}"],
+            "trainer.v1.trainer_mode",
+            f"set trainer.v1.trainer_mode={TRAINER_MODE}",
+        ),
+        (  # verl asserts this only inside the TaskRunner, after Ray has started
+            ["data.train_batch_size=96"],
+            "data.train_batch_size",
+            "set data.train_batch_size=128",
+        ),
+        (  # verl's span rule would be ignored by the sampler (and stall sampling with strategy wait)
+            ["trainer.v1.sampler.max_off_policy_threshold=2"],
+            "trainer.v1.sampler.max_off_policy_threshold",
+            "set trainer.v1.sampler.max_off_policy_threshold=null",
+        ),
+    ],
+)
+@pytest.mark.parametrize("lag", [{"mode": "interval", "interval": 2, "prefetch": 1}, {"mode": "bounded", "max_lag": 2}])
+def test_lag_configs_verl_would_break_are_refused_before_ray_starts(lag, extra, key, fix):
+    if key == "data.train_batch_size" and lag["mode"] == "bounded":
+        extra = ["data.train_batch_size=96"]  # parameter_sync_step 1: B = 64, so 64 is the value to set
+        fix = "set data.train_batch_size=64"
+    cfg = _compose("ppo_trainer", verl_overrides(lag, 64) + extra)
+    with pytest.raises(LagConfigError) as err:
+        prepare_verl_config(cfg)
+    assert err.value.key == key and fix in str(err.value)
+
+
+@pytest.mark.parametrize("n,p,batch", [(11, 3, 5), (5, 7, 9), (3, 13, 9)])
+def test_the_launch_check_counts_the_warmup_as_verl_does(n, p, batch):
+    """p/n written as its nearest float makes verl submit one prompt short (p/n * (n*B) rounds under p*B): the
+    overrides write the next float up, and the plain value is refused naming the one to set."""
+    lag = {"mode": "interval", "interval": n, "prefetch": p}
+    overrides = verl_overrides(lag, batch)
+    written = [o for o in overrides if "num_warmup_batches=" in o][0]
+    value = float(written.split("=", 1)[1])
+    assert value == math.nextafter(p / n, math.inf) and _verl_warmup(value, n * batch) == p * batch
+    assert _engine(_compose("ppo_trainer", overrides)).prefetch_steps == p
+    plain = _compose("ppo_trainer", overrides + [f"trainer.v1.separate_async.num_warmup_batches={p / n!r}"])
+    assert _verl_warmup(plain.trainer.v1.separate_async.num_warmup_batches, n * batch) == p * batch - 1
+    with pytest.raises(LagConfigError, match=rf"verl would submit {p * batch - 1} prompts ahead.*set it to {value!r}"):
+        check_verl_config(plain)
+
+
+def _verl_warmup(num_warmup_batches: float, train_batch_size: int) -> int:
+    """The prompts verl 0.9.1's own ``_add_async_warmup_batches`` submits (gen_batch_size 1, as its async
+    trainers force it), on a stand-in ``self`` that holds only what the method reads."""
+    from types import SimpleNamespace
+
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    config = OmegaConf.create(
+        {"data": {"train_batch_size": train_batch_size, "gen_batch_size": 1}, "skip": {"rollout_tq": {"enable": False}}}
+    )
+    sent: list[int] = []
+    fake = SimpleNamespace(config=config, _restored_tq_prompt_count=0, _add_prompts_to_generate=sent.append)
+    PPOTrainer._add_async_warmup_batches(fake, num_warmup_batches)
+    return sum(sent)
+
+
+@settings(max_examples=400, deadline=None)
+@given(n=st.integers(1, 128), p=st.integers(0, 16), batch=st.integers(1, 1024))
+def test_verl_submits_exactly_the_prefetch_for_every_interval_setting(n, p, batch):
+    """Over n <= 128, p <= 16, B <= 1024 no setting is refused, and verl's own warm-up arithmetic submits p*B."""
+    overrides = verl_overrides({"mode": "interval", "interval": n, "prefetch": p}, batch)
+    value = float([o for o in overrides if "num_warmup_batches=" in o][0].split("=", 1)[1])
+    assert _verl_warmup(value, n * batch) == p * batch
 
 
 def test_filter_groups_is_forwarded_in_bounded_mode():

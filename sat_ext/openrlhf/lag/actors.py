@@ -6,7 +6,7 @@ import functools
 import itertools
 from types import SimpleNamespace
 
-from sat_ext.lag.accounting import batch_lags, check_within_bound
+from sat_ext.lag.accounting import batch_lags
 from sat_ext.lag.metrics import LagMetrics
 
 from .. import _upstream
@@ -168,13 +168,11 @@ def lag_actor_classes() -> SimpleNamespace:
             """The samples to train on: every sample's lag recorded; in bounded mode the prompt groups with a
             sample over the bound are removed (dropped, or sent back to the generator to regenerate); with
             ``over_bound wait`` (the default) OpenRLHF's first-in first-out queue of at most L batches is the
-            guarantee, and a sample over the bound is an error."""
+            guarantee, and a group over the bound is a fault, dropped and counted under ``lag/dropped``."""
             cfg = self.lag_cfg
             lags = batch_lags(cfg, version, steps_done, [_span([s]) for s in rollout_samples])
             tokens = [_response_tokens(s) for s in rollout_samples]
             over = list(lags.over)
-            if any(over) and cfg.over_bound == "wait":
-                check_within_bound(cfg, lags, "OpenRLHF's trainer (--lag.over_bound wait)")
             if any(over):
                 n = self.args.rollout.n_samples_per_prompt
                 _prompt_groups(rollout_samples, n)  # raises unless whole groups
@@ -183,7 +181,7 @@ def lag_actor_classes() -> SimpleNamespace:
                     if any(over[start : start + n]):
                         over[start : start + n] = [True] * n
                         group_tokens = sum(tokens[start : start + n])
-                        if cfg.over_bound == "drop":
+                        if cfg.over_bound != "regenerate":
                             self.lag_metrics.record_dropped(n, group_tokens)
                         else:
                             self.lag_metrics.record_regenerated(n, group_tokens)
