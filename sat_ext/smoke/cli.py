@@ -72,7 +72,7 @@ def _device(choice: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _versions(distributions: tuple[str, ...]) -> dict[str, str | None]:
+def versions(distributions: tuple[str, ...]) -> dict[str, str | None]:
     out = {}
     for dist in distributions:
         try:
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "framework": args.framework,
         "device": device,
         "steps": args.steps,
-        "versions": _versions(framework.DISTRIBUTIONS),
+        "versions": versions(framework.DISTRIBUTIONS),
         "variants": {},
     }
     with tempfile.TemporaryDirectory(prefix="sat_ext_smoke_scratch_") as scratch:

