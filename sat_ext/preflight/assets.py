@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data import DataRow, read_parquet_rows, sample_files
+from .data import DataRow, read_jsonl_rows, read_parquet_rows, sample_files
 from .tiny_model import ANSWER_FORMAT, BuiltModel, longest_prompt, write_tiny_model
 
 ROW_LIMIT = 512  # rows of a config's own data files the preflight reads
@@ -37,20 +37,21 @@ class Assets:
     def sample(self) -> Path:
         return sample_files(self.folder / "sample")
 
-    def data(self, files: tuple[list[Path], list[Path]] | None, prompt_key: str) -> Data:
-        """The config's files (first :data:`ROW_LIMIT` rows) when given, else the shipped sample's verl files."""
+    def data(self, files: tuple[list[Path], list[Path]] | None, prompt_key: str, layout: str = "verl") -> Data:
+        """The config's files (their first :data:`ROW_LIMIT` rows) when given, else the shipped sample; ``layout``:
+        verl's parquet rows or OpenRLHF's JSON lines."""
+        read = read_parquet_rows if layout == "verl" else read_jsonl_rows
         if files is not None:
-            train = read_parquet_rows(files[0], prompt_key)[:ROW_LIMIT]
-            val = read_parquet_rows(files[1], prompt_key)[:ROW_LIMIT]
+            train, val = (read(group, prompt_key)[:ROW_LIMIT] for group in files)
             return Data(train, val, "config", f"the config's files, their first {ROW_LIMIT} rows")
         sample = self.sample()
-        why = "the config's files do not exist here: the shipped sample rows, in the same layout"
-        return Data(
-            read_parquet_rows([sample / "train.parquet"]),
-            read_parquet_rows([sample / "aime2024.parquet"]),
-            "sample",
-            why,
+        names = (
+            ("train.parquet", "aime2024.parquet")
+            if layout == "verl"
+            else ("openrlhf/train.jsonl", "openrlhf/aime2024.jsonl")
         )
+        why = "the config's files do not exist here: the shipped sample rows, in the same layout"
+        return Data(read([sample / names[0]], prompt_key), read([sample / names[1]], prompt_key), "sample", why)
 
     def model(self, family: str, data: Data) -> tuple[BuiltModel, int]:
         """The tiny ``family`` model for ``data`` and the data's longest prompt in its tokens (built once)."""
@@ -59,7 +60,9 @@ class Assets:
             rows = data.train + data.val
             texts = ROLE_WORDS * 4 + [m["content"] for r in rows for m in r.messages]
             texts += [ANSWER_FORMAT.format(a) for r in rows for a in r.answers]
-            built = write_tiny_model(self.folder / f"model_{family}_{data.origin}", family, texts, [r.example() for r in rows])
+            built = write_tiny_model(
+                self.folder / f"model_{family}_{data.origin}", family, texts, [r.example() for r in rows]
+            )
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(built.folder)

@@ -1,4 +1,5 @@
-"""What a preflight run must show beyond the smoke's rows (:mod:`sat_ext.smoke.checks`, :func:`sat_ext.runlog.check_run`):
+"""What a preflight run must show beyond the smoke's rows (:mod:`sat_ext.smoke.checks`) and the run-log checker's
+(:func:`sat_ext.runlog.check_run`):
 
 - ``reward``: every rollout the framework dumped was scored by the config's own reward function against its
   row's ground truth: the dumped ground truth is the data row's, the config's function re-scores the dumped

@@ -5,6 +5,7 @@ real rows; and the prompts and answers the tiny model is warm-started on.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -73,14 +74,33 @@ def read_parquet_rows(paths: list[Path], prompt_key: str = "prompt") -> list[Dat
     return rows
 
 
+def read_jsonl_rows(paths: list[Path], prompt_key: str = "prompt", label_key: str = "label") -> list[DataRow]:
+    """OpenRLHF prompt rows: the chat list (or text) under ``prompt_key``, the answer (or list of answers) under
+    ``label_key``, ``datasource``."""
+    rows = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            prompt, label = row[prompt_key], row[label_key]
+            messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+            answers = tuple(str(a) for a in (label if isinstance(label, list) else [label]))
+            rows.append(DataRow(str(row.get("datasource", "")), messages, answers, {}, row))
+    if not rows:
+        raise PreflightError(f"data files {[str(p) for p in paths]} hold no rows")
+    return rows
 
-def write_rows(rows: list[DataRow], dest: Path, at_least: int) -> int:
-    """``rows`` as they were read (every column), repeated in order to at least ``at_least`` rows, written to
-    ``dest``; returns the count. verl's epoch is ``rows // data.train_batch_size`` global steps, so data smaller
-    than one batch would give an epoch of none."""
-    import pandas as pd
 
-    copies = max(1, -(-at_least // len(rows)))
+def write_rows(rows: list[DataRow], dest: Path, count: int) -> int:
+    """``count`` rows, ``rows`` as they were read (every column) cycled in order, written to ``dest`` (parquet for a
+    ``.parquet`` file, else JSON lines); returns ``count``."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame([r.record for r in rows] * copies).to_parquet(dest)
-    return len(rows) * copies
+    records = [rows[i % len(rows)].record for i in range(count)]
+    if dest.suffix == ".parquet":
+        import pandas as pd
+
+        pd.DataFrame(records).to_parquet(dest)
+    else:
+        dest.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return count

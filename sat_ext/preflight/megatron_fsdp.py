@@ -119,7 +119,9 @@ def _verl_defaults(name: str) -> DictConfig:
     import verl
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None):
+    with initialize_config_dir(
+        config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None
+    ):
         return compose(config_name=name)
 
 

@@ -89,9 +89,24 @@ def show(value: Any, width: int = 60) -> str:
 
 def markdown(title: str, notes: list[str], rows: list[Row], unchecked: list[Unchecked], allowed: set[str]) -> str:
     """``substitutions.md``: the notes, the table of changed keys, and the keys not checked."""
-    lines = [f"# {title}", "", *notes, "", "| key | the config's value | the value run | why |", "| --- | --- | --- | --- |"]
+    lines = [
+        f"# {title}",
+        "",
+        *notes,
+        "",
+        "| key | the config's value | the value run | why |",
+        "| --- | --- | --- | --- |",
+    ]
     lines += [f"| `{r.key}` | {show(r.config)} | {show(r.run)} | {r.why} |" for r in rows]
     if unchecked:
-        lines += ["", "## Not checked here", "", "| key | value | why | allowed by --allow-unchecked |", "| --- | --- | --- | --- |"]
-        lines += [f"| `{u.key}` | {show(u.value)} | {u.why} | {'yes' if u.key in allowed else 'no'} |" for u in unchecked]
+        lines += [
+            "",
+            "## Not checked here",
+            "",
+            "| key | value | why | allowed by --allow-unchecked |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| `{u.key}` | {show(u.value)} | {u.why} | {'yes' if u.key in allowed else 'no'} |" for u in unchecked
+        ]
     return "\n".join(lines) + "\n"

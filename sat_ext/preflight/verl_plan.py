@@ -195,6 +195,12 @@ def _machine(edits: Edits, separate_rollout: bool) -> None:
         edits.set(setting.key, setting.value, setting.why)
     if edits.get("actor_rollout_ref.ref") != ABSENT:
         edits.set("actor_rollout_ref.ref.fsdp_config.use_torch_compile", False, "no inductor compile on the CPU")
+    if edits.get(f"{A}.strategy") == "fsdp":
+        edits.set(
+            f"{A}.strategy",
+            "fsdp2",
+            "FSDP1 wraps with sync_module_states, which needs the module on a GPU; FSDP2 shards the same way here",
+        )
     if edits.get(f"{R}.name") == "sglang":
         edits.set(f"{R}.name", "vllm", "SGLang needs CUDA here: vLLM's CPU build serves the rollout")
     why = "one machine, no GPU"
@@ -266,7 +272,9 @@ def _guard(config: DictConfig, run: DictConfig, allowed: list[Unchecked]) -> Non
             for s in (old, new)
         ]
         if ahead[0] != ahead[1]:
-            raise RuntimeError(f"sat_ext preflight changed the batches submitted ahead: {ahead[0]} -> {ahead[1]} (a bug)")
+            raise RuntimeError(
+                f"sat_ext preflight changed the batches submitted ahead: {ahead[0]} -> {ahead[1]} (a bug)"
+            )
 
 
 def expectation(config: DictConfig, lag: LagConfig | None) -> Expectation:

@@ -23,7 +23,7 @@ from . import checks
 from .assets import Assets
 from .data import DataRow, verl_files, write_rows
 from .tiny_model import family_of
-from .verl_plan import A, R, Context, VerlPlan, plan
+from .verl_plan import A, Context, R, VerlPlan, plan
 from .verl_target import Target, compose, resolve
 
 NAME = "verl"
@@ -100,8 +100,9 @@ def prepare(loaded: Loaded, folder: Path, assets: Assets, opts: Options) -> Prep
     ctx = Context(opts.device, model, model_why, files, folder, opts.steps, prompt_tokens, opts.scale)
     planned = plan(config, ctx)
     batch = int(OmegaConf.select(planned.config, "data.train_batch_size"))
-    count = write_rows(data.train, files[0], at_least=batch)
-    write_rows(data.val, files[1], at_least=1)
+    copies = -(-batch // len(data.train))  # verl's epoch is rows // train_batch_size global steps: at least one
+    count = write_rows(data.train, files[0], len(data.train) * copies)
+    write_rows(data.val, files[1], len(data.val))
     notes.append(
         f"Scale factor {planned.factor} (the largest power of two <= 64 that divides the batch sizes and leaves "
         f"data.max_prompt_length room for the data's longest prompt, {prompt_tokens} tokens); {planned.steps} global "
@@ -156,9 +157,8 @@ def run_checks(prepared: Prepared, folder: Path, logged: list[Record]) -> list[C
         if lag.mode == "interval":
             rows.append(checks.check_batches(train, lag.interval, _per_batch(config)))
             if not planned.expectation.rollout_denominator:
-                rows.append(smoke_checks.check_kept_weights(train))
+                rows.append(smoke_checks.check_kept_weights(train, sat=planned.expectation.sat))
         if lag.mode == "bounded":
             rows.append(smoke_checks.check_bound(train, lag.max_lag))
             rows.append(smoke_checks.check_drops(train, forced=False))
     return rows
-

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 
 from sat_ext.example_configs import ExampleError, config_dir, example_names, variants
 
+
 class PreflightError(ValueError):
     """Bad preflight input, naming the value and where it came from (a target, an override, a flag)."""
 
@@ -50,7 +51,9 @@ def _example_targets(text: str) -> list[Target]:
     except ExampleError as err:
         raise PreflightError(f"TARGET {text!r}: {err}") from err
     if variant and variant not in names:
-        raise PreflightError(f"TARGET {text!r}: example {example!r} has no variant {variant!r}; known: {', '.join(names)}")
+        raise PreflightError(
+            f"TARGET {text!r}: example {example!r} has no variant {variant!r}; known: {', '.join(names)}"
+        )
     return [Target(f"{example}/{v}", folder, v, "example") for v in ([variant] if variant else names)]
 
 

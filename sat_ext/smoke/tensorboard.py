@@ -16,11 +16,12 @@ from pathlib import Path
 
 from sat_ext.runlog import RunLogError
 
-PREFIX = "train/"
+PREFIXES = ("train/",)
 
 
-def read_scalars(folder: Path) -> dict[int, dict[str, float]]:
-    """``{step: {name: value}}`` from every event file under ``folder``; a name logged twice at one step raises."""
+def read_scalars(folder: Path, prefixes: tuple[str, ...] = PREFIXES) -> dict[int, dict[str, float]]:
+    """``{step: {name: value}}`` of the tags under ``prefixes`` (each prefix dropped from the name) from every event
+    file under ``folder``; a name logged twice at one step raises."""
     import numpy as np
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.util import tensor_util
@@ -29,19 +30,20 @@ def read_scalars(folder: Path) -> dict[int, dict[str, float]]:
     for path in sorted(folder.rglob("events.out.tfevents.*")):
         for event in EventFileLoader(str(path)).Load():
             for value in event.summary.value:
-                if value.metadata.plugin_data.plugin_name != "scalars" or not value.tag.startswith(PREFIX):
+                prefix = next((p for p in prefixes if value.tag.startswith(p)), None)
+                if value.metadata.plugin_data.plugin_name != "scalars" or prefix is None:
                     continue
-                name, data = value.tag[len(PREFIX) :], steps.setdefault(event.step, {})
+                name, data = value.tag[len(prefix) :], steps.setdefault(event.step, {})
                 if name in data:
                     raise RunLogError(f"{path}: {name} logged twice at step {event.step}")
                 data[name] = float(str(np.float32(tensor_util.make_ndarray(value.tensor).item())))
     return steps
 
 
-def write_metrics(folder: Path, path: Path) -> int:
-    """The scalars under ``folder`` as JSON lines at ``path`` (NaN and Inf as null, as verl's file logger writes
-    them), in step order; returns the number of steps."""
-    steps = read_scalars(folder)
+def write_metrics(folder: Path, path: Path, prefixes: tuple[str, ...] = PREFIXES) -> int:
+    """The scalars under ``folder`` (tags under ``prefixes``) as JSON lines at ``path`` (NaN and Inf as null, as
+    verl's file logger writes them), in step order; returns the number of steps."""
+    steps = read_scalars(folder, prefixes)
     with open(path, "w") as out:
         for step in sorted(steps):
             data = {k: (v if math.isfinite(v) else None) for k, v in sorted(steps[step].items())}

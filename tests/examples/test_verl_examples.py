@@ -576,6 +576,47 @@ def test_gspo_sequence_kl_is_verls_token_kl_under_its_aggregation():
         torch.testing.assert_close(grads[0][1], grads[1][1])
 
 
+def _megatron_optimizer_args(optim) -> dict:
+    """The OptimizerConfig arguments verl 0.9.1's own ``init_megatron_optim_config`` builds for ``optim`` (the
+    actor's composed ``optim`` block), with Megatron's OptimizerConfig and scheduler stood in for: megatron-core
+    needs CUDA, so it is not installed here."""
+    import importlib
+    import sys
+    import types
+
+    captured = {}
+    stand_ins = {name: types.ModuleType(name) for name in ("megatron", "megatron.core")}
+    optimizer = types.ModuleType("megatron.core.optimizer")
+    optimizer.OptimizerConfig = lambda **kwargs: captured.update(kwargs) or kwargs
+    optimizer.get_megatron_optimizer = None
+    scheduler = types.ModuleType("megatron.core.optimizer_param_scheduler")
+    scheduler.OptimizerParamScheduler = None
+    stand_ins.update({optimizer.__name__: optimizer, scheduler.__name__: scheduler})
+    saved = {name: sys.modules.get(name) for name in [*stand_ins, "verl.utils.megatron.optimizer"]}
+    sys.modules.update(stand_ins)
+    sys.modules.pop("verl.utils.megatron.optimizer", None)
+    try:
+        importlib.import_module("verl.utils.megatron.optimizer").init_megatron_optim_config(optim)
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    return captured
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_megatron_gets_the_papers_adam_betas(name, composed):
+    """App. F: Adam betas (0.9, 0.98). verl 0.9.1 hands Megatron no `betas` for Adam (only optimizer, lr, min_lr,
+    clip_grad, weight decay and the override block): without override_optimizer_config.adam_beta1/2 Megatron would
+    train with its default beta2 0.999 (found by the preflight's Megatron-to-FSDP mapping)."""
+    optim = composed[name].actor_rollout_ref.actor.optim
+    args = _megatron_optimizer_args(optim)
+    assert (args.get("adam_beta1"), args.get("adam_beta2")) == tuple(optim.betas) == (0.9, 0.98)
+    assert args["optimizer"] == "adam" and args["lr"] == 1e-6 and args["weight_decay"] == 0.0
+
+
 _LAG_BLOCKS = {
     1: {"mode": "interval", "interval": 1, "prefetch": 1},
     8: {"mode": "interval", "interval": 8, "prefetch": 1},

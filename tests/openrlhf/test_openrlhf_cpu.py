@@ -123,3 +123,26 @@ def test_weights_are_written_whole_then_renamed(tmp_path, monkeypatch):
     assert path.name.startswith(weights.FILE_PREFIX) and [p.name for p in tmp_path.iterdir()] == [path.name]
     loaded = torch.load(path, weights_only=True)
     assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], state[k]) for k in state)
+
+
+def test_the_cpu_bert_padding_unpads_and_pads_back():
+    """The CPU setup's plain-torch flash_attn.bert_padding, on sample packing's path: unpad then pad is the
+    identity on the mask's tokens, zeros elsewhere, and gradients flow back through pad_input."""
+    import importlib.util
+
+    import torch
+
+    from sat_ext.openrlhf.cpu import SITE
+
+    spec = importlib.util.spec_from_file_location("cpu_bert_padding", SITE / "flash_attn" / "bert_padding.py")
+    bert = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bert)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
+    hidden = torch.randn(3, 4, 5, requires_grad=True)
+    tokens, indices, cu_seqlens, longest, used = bert.unpad_input(hidden, mask)
+    assert tokens.shape == (9, 5) and cu_seqlens.tolist() == [0, 3, 5, 9] and longest == 4 and used.tolist() == [3, 2, 4]
+    back = bert.pad_input(tokens, indices, 3, 4)
+    torch.testing.assert_close(back, hidden * mask[..., None])
+    back.sum().backward()
+    torch.testing.assert_close(hidden.grad, mask[..., None].expand(3, 4, 5).float())
+    assert torch.equal(bert.index_first_axis(hidden.detach().reshape(12, 5), indices), tokens.detach())

@@ -120,6 +120,16 @@ def _cpu_rollout_actor(original: Any) -> Any:
     return cpu_rollout_actor(original)
 
 
+def _sdpa_actor(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        if "flash_attention" in str(kwargs.get("attn_implementation", "flash_attention_2")):
+            kwargs["attn_implementation"] = "sdpa"
+        return original(self, *args, **kwargs)
+
+    return __init__
+
+
 PATCHES = (
     Patch(
         "torch.cuda",
@@ -173,6 +183,15 @@ PATCHES = (
         "broadcasts each tensor over that NCCL group (tensors cannot pass vLLM's RPC either: memoryview is not "
         "picklable): rank 0 writes the state dict to one file and each engine reloads it",
         _file_broadcast,
+    ),
+    Patch(
+        "openrlhf.models.actor",
+        "Actor.__init__",
+        "flash-attn has no CPU build (transformers refuses flash_attention_2), and with --ds.packing_samples "
+        "OpenRLHF's CLI turns any other --ds.attn_implementation back into flash_attention_2: the policy and "
+        "reference models get sdpa, which masks packed sequences from their restarting position ids (OpenRLHF "
+        "runs them without a KV cache)",
+        _sdpa_actor,
     ),
     Patch(
         "openrlhf.trainer.ray.vllm_engine",

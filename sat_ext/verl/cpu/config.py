@@ -38,8 +38,12 @@ def cpu_settings(separate_rollout: bool) -> list[Setting]:
             "TransferQueue's controller and each storage unit hold one Ray CPU; 8 units would not all be placed",
         ),
         Setting("actor_rollout_ref.model.use_remove_padding", False, False, "flash-attn's varlen path (no CPU build)"),
-        Setting("actor_rollout_ref.model.override_config.attn_implementation", "sdpa", True, "flash-attn: no CPU build"),
-        Setting("actor_rollout_ref.actor.fsdp_config.use_torch_compile", False, False, "no inductor compile on the CPU"),
+        Setting(
+            "actor_rollout_ref.model.override_config.attn_implementation", "sdpa", True, "flash-attn: no CPU build"
+        ),
+        Setting(
+            "actor_rollout_ref.actor.fsdp_config.use_torch_compile", False, False, "no inductor compile on the CPU"
+        ),
         Setting("actor_rollout_ref.rollout.enforce_eager", True, False, "no CUDA graphs on the CPU"),
         Setting("actor_rollout_ref.rollout.enable_sleep_mode", False, True, "vLLM's CPU build has no sleep mode"),
         Setting("actor_rollout_ref.rollout.free_cache_engine", False, False, "vLLM's CPU build has no sleep mode"),
@@ -70,8 +74,10 @@ def cpu_settings(separate_rollout: bool) -> list[Setting]:
 
 def cpu_overrides(separate_rollout: bool) -> list[str]:
     """:func:`cpu_settings` as Hydra overrides."""
-    return [f"{'+' if s.new else ''}{s.key}={str(s.value).lower() if isinstance(s.value, bool) else s.value}"
-            for s in cpu_settings(separate_rollout)]
+    return [
+        f"{'+' if s.new else ''}{s.key}={str(s.value).lower() if isinstance(s.value, bool) else s.value}"
+        for s in cpu_settings(separate_rollout)
+    ]
 
 
 def cpu_environment() -> dict[str, str]:

@@ -1,0 +1,108 @@
+"""The verl preflight's plan on every shipped variant: what changes, what never does, and that verl takes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl")
+from omegaconf import OmegaConf  # noqa: E402
+
+from sat_ext.example_configs import variants  # noqa: E402
+from sat_ext.preflight import verl_plan  # noqa: E402
+from sat_ext.preflight.substitution import NOT_RUN, raw  # noqa: E402
+from sat_ext.preflight.verl_plan import ALGORITHM, R3, Context, plan, scale_factor  # noqa: E402
+from sat_ext.preflight.verl_target import PreflightError, compose, resolve  # noqa: E402
+from sat_ext.verl.lag_overrides import VerlSchedule, verl_warmup_prompts  # noqa: E402
+
+BIG, SMALL = "verl_aime_qwen3_30b", "verl_small_qwen3_1p7b"
+TARGETS = [f"{BIG}/{v}" for v in variants(BIG)] + [f"{SMALL}/{v}" for v in variants(SMALL)]
+PROMPT_TOKENS = 38  # the shipped sample's longest prompt in the tiny model's tokens
+HERE = Path("/preflight")
+
+
+def _ctx(**kw) -> Context:
+    return Context(**{"device": "cpu", "model": HERE / "model", "model_why": "tiny", "data": (HERE / "t", HERE / "v"),
+                      "out": HERE, "steps": None, "prompt_tokens": PROMPT_TOKENS, **kw})
+
+
+@pytest.fixture(scope="module")
+def composed() -> dict:
+    return {t: compose(resolve(t)[0], []) for t in TARGETS}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_variant_plans_and_keeps_the_algorithm(target, composed):
+    config = composed[target]
+    planned = plan(config, _ctx())
+    for key in ALGORITHM:
+        if key not in {u.key for u in planned.unchecked}:
+            assert raw(planned.config, key) == raw(config, key), key
+    old, new = VerlSchedule.of(config), VerlSchedule.of(planned.config)
+    assert (old.parameter_sync_step, old.trainer_mode) == (new.parameter_sync_step, new.trainer_mode)
+    ahead = [verl_warmup_prompts(float(s.num_warmup_batches), s.train_batch_size) / s.ppo_mini_batch_size for s in (old, new)]
+    assert ahead[0] == ahead[1] == 1  # one batch ahead, as the examples set it
+    assert planned.factor == (32 if target.startswith(BIG) else 16)
+    assert planned.steps == 3  # interval mode: past the first window, twice
+    rows = {r.key: r for r in planned.rows}
+    assert rows["actor_rollout_ref.model.path"].run == str(HERE / "model")
+    assert raw(planned.config, "data.max_prompt_length") * planned.factor == raw(config, "data.max_prompt_length")
+    assert {u.key for u in planned.unchecked} == (set(R3) if "_r3_" in target else set())
+
+
+@pytest.mark.parametrize("target", [f"{BIG}/sat_gspo_r3_lag8", f"{BIG}/grpo_tis_lag1", f"{SMALL}/sat_gspo_lag8"])
+def test_the_run_config_builds_verls_own_config_objects(target, composed):
+    """The run's config passes verl's own validation and dataclass construction, as main_ppo does."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    run = plan(composed[target], _ctx()).config
+    validate_config(config=run, use_reference_policy=need_reference_policy(run), use_critic=need_critic(run))
+    actor = omega_conf_to_dataclass(run.actor_rollout_ref.actor)
+    assert actor.strategy == "fsdp2" and actor.optim.optimizer == "AdamW" and tuple(actor.optim.betas) == (0.9, 0.98)
+    assert actor.policy_loss.loss_mode == OmegaConf.select(composed[target], "actor_rollout_ref.actor.policy_loss.loss_mode")
+
+
+def test_every_megatron_setting_of_the_30b_example_is_mapped_or_listed(composed):
+    config = composed[f"{BIG}/sat_gspo_r3_lag8"]
+    rows = {r.key: r for r in plan(config, _ctx()).rows}
+    actor = "actor_rollout_ref.actor"
+    for key in ("tensor_model_parallel_size", "expert_model_parallel_size", "sequence_parallel", "dtype", "use_mbridge"):
+        assert rows[f"{actor}.megatron.{key}"].run == NOT_RUN
+    assert rows[f"{actor}.optim.lr_decay_style -> optim.lr_scheduler_type"].run == "constant"
+    assert rows[f"{actor}.optim.optimizer"].run == "AdamW"
+    assert rows[f"{actor}.optim.override_optimizer_config.adam_beta2"].run == NOT_RUN  # carried by optim.betas
+    assert rows["actor_rollout_ref.model.use_fused_kernels"].run is False
+    assert rows["actor_rollout_ref.rollout.name"].run == "vllm"
+
+
+def test_the_guard_refuses_a_changed_algorithm_key(composed):
+    config = composed[f"{SMALL}/sat_gspo_lag8"]
+    run = plan(config, _ctx()).config
+    OmegaConf.update(run, "actor_rollout_ref.actor.clip_ratio_high", 0.28)
+    with pytest.raises(RuntimeError, match="algorithm key actor_rollout_ref.actor.clip_ratio_high"):
+        verl_plan._guard(config, run, [])
+
+
+def test_the_factor_is_the_largest_that_fits_and_a_prompt_that_cannot_fit_is_named(composed):
+    config = composed[f"{BIG}/sat_grpo_lag1"]
+    assert scale_factor(config, 38, None) == 32 and scale_factor(config, 20, None) == 64
+    assert scale_factor(config, 38, 8) == 8
+    with pytest.raises(PreflightError, match="--scale 64: data.max_prompt_length 2048 / 64"):
+        scale_factor(config, 38, 64)
+    with pytest.raises(PreflightError, match="data.max_prompt_length=2048 is under the data's longest prompt"):
+        scale_factor(config, 4000, None)
+
+
+def test_a_prefetch_that_needs_the_nudged_float_keeps_it_after_scaling(composed):
+    """interval 11, prefetch 3: p/n times n*B rounds under p*B for some B (the lag fix); the scaled run keeps
+    verl's count at p batches."""
+    from sat_ext.verl.lag_overrides import verl_overrides
+
+    overrides = verl_overrides({"mode": "interval", "interval": 11, "prefetch": 3}, 320)
+    config = compose(resolve(f"{SMALL}/sat_grpo_lag1")[0], ["+" + o if o.startswith("+") else o for o in overrides])
+    planned = plan(config, _ctx())
+    s = VerlSchedule.of(planned.config)
+    assert (s.parameter_sync_step, s.ppo_mini_batch_size) == (11, 320 // planned.factor)
+    assert verl_warmup_prompts(float(s.num_warmup_batches), s.train_batch_size) == 3 * s.ppo_mini_batch_size
