@@ -83,7 +83,8 @@ def check_kept_weights(records: list[Record], sat: bool = True) -> CheckResult:
         not bad,
         "; ".join(bad[:3])
         if bad
-        else f"{len(steady)} lagged steps: every batch on restored kept weights, none identical to the live ones{moved}",
+        else f"{len(steady)} lagged steps: every batch on restored kept weights, none identical to the live "
+        f"ones{moved}",
     )
 
 

@@ -140,7 +140,9 @@ def test_the_cpu_bert_padding_unpads_and_pads_back():
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
     hidden = torch.randn(3, 4, 5, requires_grad=True)
     tokens, indices, cu_seqlens, longest, used = bert.unpad_input(hidden, mask)
-    assert tokens.shape == (9, 5) and cu_seqlens.tolist() == [0, 3, 5, 9] and longest == 4 and used.tolist() == [3, 2, 4]
+    assert (
+        tokens.shape == (9, 5) and cu_seqlens.tolist() == [0, 3, 5, 9] and longest == 4 and used.tolist() == [3, 2, 4]
+    )
     back = bert.pad_input(tokens, indices, 3, 4)
     torch.testing.assert_close(back, hidden * mask[..., None])
     back.sum().backward()

@@ -63,9 +63,18 @@ def test_the_warm_start_gives_groups_that_score_both_1_and_0(built):
     torch.manual_seed(0)
     means = []
     for row in data.train[:4]:
-        ids = tokenizer.apply_chat_template(row.messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-        out = policy.generate(**ids, do_sample=True, temperature=1.0, top_k=0, max_new_tokens=12, num_return_sequences=16,
-                              pad_token_id=tokenizer.pad_token_id)
+        ids = tokenizer.apply_chat_template(
+            row.messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        out = policy.generate(
+            **ids,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            max_new_tokens=12,
+            num_return_sequences=16,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         texts = tokenizer.batch_decode(out[:, ids["input_ids"].shape[1] :], skip_special_tokens=True)
         assert all(t.startswith("Answer:") for t in texts)
         means.append(sum(math_reward.compute_score(row.source, t, row.answers[0], row.extra_info) for t in texts) / 16)

@@ -19,9 +19,15 @@ R3_ROLLOUT = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
         (["verl", "verl_aime_qwen3_30b/sat_gspo_lag9"], "has no variant 'sat_gspo_lag9'; known: dppo_tv_lag1"),
         (["verl", "no_such_example/x"], "TARGET 'no_such_example/x' is neither a shipped example variant"),
         (["verl", "/nowhere/my_run.yaml"], "TARGET '/nowhere/my_run.yaml': no such config file"),
-        (["verl", "verl_small_qwen3_1p7b/sat_grpo_lag1", "method=nope"], "does not compose with overrides ['method=nope']"),
+        (
+            ["verl", "verl_small_qwen3_1p7b/sat_grpo_lag1", "method=nope"],
+            "does not compose with overrides ['method=nope']",
+        ),
         (["verl", "verl_small_qwen3_1p7b/sat_grpo_lag1", "data.nope=1"], "Could not override 'data.nope'"),
-        (["verl", "verl_aime_qwen3_30b/sat_gspo_r3_lag8"], f"run without checking it only with --allow-unchecked {R3_MODE}"),
+        (
+            ["verl", "verl_aime_qwen3_30b/sat_gspo_r3_lag8"],
+            f"run without checking it only with --allow-unchecked {R3_MODE}",
+        ),
         (
             ["verl", "verl_aime_qwen3_30b/sat_gspo_r3_lag8", "--allow-unchecked", R3_MODE],
             f"--allow-unchecked {R3_ROLLOUT}",
@@ -31,7 +37,10 @@ R3_ROLLOUT = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
             f"--allow-unchecked ['{R3_MODE}']: no target has such an unchecked key",
         ),
         (["verl", "verl_small_qwen3_1p7b/sat_grpo_lag1", "--steps", "0"], "--steps must be >= 1, got 0"),
-        (["verl", "verl_small_qwen3_1p7b/sat_grpo_lag1", "--model", "keep", "--device", "cpu"], "--model keep needs a GPU"),
+        (
+            ["verl", "verl_small_qwen3_1p7b/sat_grpo_lag1", "--model", "keep", "--device", "cpu"],
+            "--model keep needs a GPU",
+        ),
         (["openrlhf", "openrlhf_aime_qwen3_30b/nope_lag1"], "run.sh refused it: run.sh: unknown variant 'nope'"),
         (["openrlhf", "openrlhf_aime_qwen3_30b/sat_gspo_lag3"], "run.sh: LAG must be 1 or 8, got '3'"),
         (["openrlhf", "verl_aime_qwen3_30b/sat_gspo_lag8"], "the OpenRLHF example is openrlhf_aime_qwen3_30b"),

@@ -36,7 +36,10 @@ def test_every_flag_of_run_sh_is_classified_and_the_algorithm_kept(variant, lag)
         if F.is_algorithm(flag):
             assert result.flags[flag] == values, flag
     assert F.value(result.flags, "--rollout.batch_size") == "8" and F.value(result.flags, "--train.batch_size") == "128"
-    assert F.value(result.flags, "--rollout.max_new_tokens") == "1024" and F.value(result.flags, "--data.max_len") == "1088"
+    assert (
+        F.value(result.flags, "--rollout.max_new_tokens") == "1024"
+        and F.value(result.flags, "--data.max_len") == "1088"
+    )
     # the ring of 2 is replaced: its share of the token budget goes into the one rank's
     assert F.value(result.flags, "--train.max_tokens_per_gpu") == str(36864 * 2 // 32)
     assert F.value(result.flags, "--ds.ring_attn_size") == "1" and "--vllm.enforce_eager" in result.flags

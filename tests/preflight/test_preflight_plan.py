@@ -23,8 +23,18 @@ HERE = Path("/preflight")
 
 
 def _ctx(**kw) -> Context:
-    return Context(**{"device": "cpu", "model": HERE / "model", "model_why": "tiny", "data": (HERE / "t", HERE / "v"),
-                      "out": HERE, "steps": None, "prompt_tokens": PROMPT_TOKENS, **kw})
+    return Context(
+        **{
+            "device": "cpu",
+            "model": HERE / "model",
+            "model_why": "tiny",
+            "data": (HERE / "t", HERE / "v"),
+            "out": HERE,
+            "steps": None,
+            "prompt_tokens": PROMPT_TOKENS,
+            **kw,
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +51,9 @@ def test_every_variant_plans_and_keeps_the_algorithm(target, composed):
             assert raw(planned.config, key) == raw(config, key), key
     old, new = VerlSchedule.of(config), VerlSchedule.of(planned.config)
     assert (old.parameter_sync_step, old.trainer_mode) == (new.parameter_sync_step, new.trainer_mode)
-    ahead = [verl_warmup_prompts(float(s.num_warmup_batches), s.train_batch_size) / s.ppo_mini_batch_size for s in (old, new)]
+    ahead = [
+        verl_warmup_prompts(float(s.num_warmup_batches), s.train_batch_size) / s.ppo_mini_batch_size for s in (old, new)
+    ]
     assert ahead[0] == ahead[1] == 1  # one batch ahead, as the examples set it
     assert planned.factor == (32 if target.startswith(BIG) else 16)
     assert planned.steps == 3  # interval mode: past the first window, twice
@@ -61,14 +73,22 @@ def test_the_run_config_builds_verls_own_config_objects(target, composed):
     validate_config(config=run, use_reference_policy=need_reference_policy(run), use_critic=need_critic(run))
     actor = omega_conf_to_dataclass(run.actor_rollout_ref.actor)
     assert actor.strategy == "fsdp2" and actor.optim.optimizer == "AdamW" and tuple(actor.optim.betas) == (0.9, 0.98)
-    assert actor.policy_loss.loss_mode == OmegaConf.select(composed[target], "actor_rollout_ref.actor.policy_loss.loss_mode")
+    assert actor.policy_loss.loss_mode == OmegaConf.select(
+        composed[target], "actor_rollout_ref.actor.policy_loss.loss_mode"
+    )
 
 
 def test_every_megatron_setting_of_the_30b_example_is_mapped_or_listed(composed):
     config = composed[f"{BIG}/sat_gspo_r3_lag8"]
     rows = {r.key: r for r in plan(config, _ctx()).rows}
     actor = "actor_rollout_ref.actor"
-    for key in ("tensor_model_parallel_size", "expert_model_parallel_size", "sequence_parallel", "dtype", "use_mbridge"):
+    for key in (
+        "tensor_model_parallel_size",
+        "expert_model_parallel_size",
+        "sequence_parallel",
+        "dtype",
+        "use_mbridge",
+    ):
         assert rows[f"{actor}.megatron.{key}"].run == NOT_RUN
     assert rows[f"{actor}.optim.lr_decay_style -> optim.lr_scheduler_type"].run == "constant"
     assert rows[f"{actor}.optim.optimizer"].run == "AdamW"
