@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .data import DataRow, read_jsonl_rows, read_parquet_rows, sample_files
-from .tiny_model import ANSWER_FORMAT, BuiltModel, longest_prompt, write_tiny_model
+from .tiny_model import ANSWER_FORMAT, BuiltModel, TinyShape, longest_prompt, write_tiny_model
 
 ROW_LIMIT = 512  # rows of a config's own data files the preflight reads
 ROLE_WORDS = ["user", "assistant", "system"]
@@ -32,7 +32,7 @@ class Assets:
     """Data and models shared by the targets of one preflight, built on first use under ``folder``."""
 
     folder: Path
-    models: dict[tuple[str, str], tuple[BuiltModel, int]] = field(default_factory=dict)
+    models: dict[tuple[str, str, TinyShape], tuple[BuiltModel, int]] = field(default_factory=dict)
 
     def sample(self) -> Path:
         return sample_files(self.folder / "sample")
@@ -53,16 +53,16 @@ class Assets:
         why = "the config's files do not exist here: the shipped sample rows, in the same layout"
         return Data(read([sample / names[0]], prompt_key), read([sample / names[1]], prompt_key), "sample", why)
 
-    def model(self, family: str, data: Data) -> tuple[BuiltModel, int]:
-        """The tiny ``family`` model for ``data`` and the data's longest prompt in its tokens (built once)."""
-        key = (family, data.origin)
+    def model(self, family: str, data: Data, shape: TinyShape = TinyShape()) -> tuple[BuiltModel, int]:
+        """The tiny ``family`` model of ``shape`` for ``data`` and the data's longest prompt in its tokens (built
+        once)."""
+        key = (family, data.origin, shape)
         if key not in self.models:
             rows = data.train + data.val
             texts = ROLE_WORDS * 4 + [m["content"] for r in rows for m in r.messages]
             texts += [ANSWER_FORMAT.format(a) for r in rows for a in r.answers]
-            built = write_tiny_model(
-                self.folder / f"model_{family}_{data.origin}", family, texts, [r.example() for r in rows]
-            )
+            folder = self.folder / f"model_{family}_{data.origin}_{len(self.models)}"
+            built = write_tiny_model(folder, family, texts, [r.example() for r in rows], shape)
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(built.folder)

@@ -50,6 +50,16 @@ class TinyShape:
     seed: int = 0
 
 
+def shape_for(parallel: int, experts_parallel: int) -> TinyShape:
+    """The tiny shape whose heads and key/value heads divide by the tensor-parallel size ``parallel`` and whose
+    experts divide by the expert-parallel size (a GPU run keeps the config's parallel layout)."""
+    base = TinyShape()
+    if parallel <= 1 and experts_parallel <= 1:
+        return base
+    experts = max(base.experts, 2 * experts_parallel)
+    return TinyShape(heads=2 * parallel, kv_heads=parallel, experts=experts - experts % max(1, experts_parallel))
+
+
 @dataclass(frozen=True)
 class Example:
     """One prompt of the run's data (chat messages) and an accepted answer."""

@@ -97,6 +97,11 @@ MICRO = (
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
 )
 MAX_FACTOR = 64
+FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+FP32_WHY = (
+    "the trainer computes in fp32 here: one step at the config's lr moves a tiny model's weights by less than "
+    "bf16's resolution, so old and new log-probs would round alike (d = 0 exactly, seen at lag 1)"
+)
 SCALE_WHY = "scaled down by the run's one factor"
 
 
@@ -201,6 +206,9 @@ def _machine(edits: Edits, separate_rollout: bool) -> None:
             "fsdp2",
             "FSDP1 wraps with sync_module_states, which needs the module on a GPU; FSDP2 shards the same way here",
         )
+    for subtree in (A, "actor_rollout_ref.ref"):
+        if edits.get(f"{subtree}.fsdp_config") != ABSENT:
+            edits.set(f"{subtree}.fsdp_config.mixed_precision", dict(FP32), FP32_WHY)
     if edits.get(f"{R}.name") == "sglang":
         edits.set(f"{R}.name", "vllm", "SGLang needs CUDA here: vLLM's CPU build serves the rollout")
     why = "one machine, no GPU"

@@ -22,7 +22,7 @@ from sat_ext.smoke.runner import Command
 from . import checks
 from .assets import Assets
 from .data import DataRow, verl_files, write_rows
-from .tiny_model import family_of
+from .tiny_model import TinyShape, family_of, shape_for
 from .verl_plan import A, Context, R, VerlPlan, plan
 from .verl_target import Target, compose, resolve
 
@@ -90,7 +90,7 @@ def prepare(loaded: Loaded, folder: Path, assets: Assets, opts: Options) -> Prep
         model, model_why, prompt_tokens = Path(model_path), "", 0
     else:
         family, how = family_of(model_path)
-        built, prompt_tokens = assets.model(family, data)
+        built, prompt_tokens = assets.model(family, data, _shape(config, opts.device))
         model = built.folder
         model_why = (
             f"a tiny random {family} ({how}): {built.vocab_size} tokens of a BPE trained on the run's data, "
@@ -123,6 +123,19 @@ def prepare(loaded: Loaded, folder: Path, assets: Assets, opts: Options) -> Prep
 
         env.update(cpu_environment())
     return Prepared(Command([*argv, "--config-name", "preflight"], env), planned, data.train + data.val, notes)
+
+
+def _shape(config: DictConfig, device: str) -> TinyShape:
+    """The tiny model's shape: the default on the CPU (one rank); on a GPU, heads and experts that divide by the
+    config's tensor- and expert-parallel sizes (Megatron's and the rollout's)."""
+    if device == "cpu":
+        return TinyShape()
+    sizes = [
+        OmegaConf.select(config, f"{A}.megatron.tensor_model_parallel_size", default=1),
+        OmegaConf.select(config, f"{R}.tensor_model_parallel_size", default=1),
+    ]
+    experts = OmegaConf.select(config, f"{A}.megatron.expert_model_parallel_size", default=1)
+    return shape_for(max(int(s or 1) for s in sizes), int(experts or 1))
 
 
 def records(folder: Path) -> list[Record]:

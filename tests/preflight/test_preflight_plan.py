@@ -126,3 +126,29 @@ def test_a_prefetch_that_needs_the_nudged_float_keeps_it_after_scaling(composed)
     s = VerlSchedule.of(planned.config)
     assert (s.parameter_sync_step, s.ppo_mini_batch_size) == (11, 320 // planned.factor)
     assert verl_warmup_prompts(float(s.num_warmup_batches), s.train_batch_size) == 3 * s.ppo_mini_batch_size
+
+
+def test_on_a_gpu_only_the_model_and_the_runs_own_keys_change(composed):
+    """--device cuda (not run here: no GPU): Megatron, SGLang, the lengths and R3 stay as the config has them."""
+    from sat_ext.preflight.tiny_model import shape_for
+
+    config = composed[f"{BIG}/sat_gspo_r3_lag8"]
+    planned = plan(config, _ctx(device="cuda"))
+    changed = {r.key for r in planned.rows}
+    assert changed <= {
+        "actor_rollout_ref.model.path",
+        "trainer.total_training_steps",
+        "trainer.save_freq",
+        "trainer.default_local_dir",
+        "trainer.logger",
+        "trainer.rollout_data_dir",
+        "data.train_files",
+        "data.val_files",
+    }
+    assert (
+        planned.factor == 1
+        and planned.unchecked == []
+        and raw(planned.config, "actor_rollout_ref.actor.strategy") == "megatron"
+    )
+    shape = shape_for(4, 4)  # the 30B example's TP 4 / EP 4: the tiny model must divide by them
+    assert shape.heads % 4 == shape.kv_heads % 4 == shape.experts % 4 == 0
