@@ -20,10 +20,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from sat_ext.runlog import RunLogError, format_table
-from sat_ext.smoke import checks as smoke_checks
-from sat_ext.smoke.cli import RESULT, versions
-from sat_ext.smoke.runner import run
+from sat_ext.smoke.cli import versions
+from sat_ext.smoke.runner import run_and_check
 
 from .assets import Assets
 from .substitution import markdown
@@ -93,30 +91,24 @@ def _run_target(framework: ModuleType, loaded, out: Path, assets: Assets, opts, 
     folder = out / loaded.name
     folder.mkdir(parents=True)
     prepared = framework.prepare(loaded, folder, assets, opts)
-    title = f"{framework.NAME} preflight of {loaded.name}"
     planned = prepared.plan
+    title = f"{framework.NAME} preflight of {loaded.name}"
     (folder / "substitutions.md").write_text(markdown(title, prepared.notes, planned.rows, planned.unchecked, allowed))
     print(f"[preflight] {loaded.name}: {planned.steps} steps on {opts.device}, factor {planned.factor} ...", flush=True)
-    result = run(prepared.command.argv, prepared.command.env, folder / "console.log", timeout, cwd=folder)
-    try:
-        logged = framework.records(folder)
-    except RunLogError as err:
-        logged = []
-        print(f"[preflight] {loaded.name}: {err}", flush=True)
-    rows = [smoke_checks.check_exit(result.returncode, result.seconds, timeout)]
-    rows += framework.run_checks(prepared, folder, logged)
-    table = format_table(rows)
-    (folder / "checks.txt").write_text(table + "\n")
-    passed = all(r.passed is not False for r in rows)
-    print(f"[preflight] {loaded.name}: {'PASS' if passed else 'FAIL'} in {result.seconds:.0f} s\n{table}\n", flush=True)
+    checked = run_and_check(
+        f"[preflight] {loaded.name}",
+        prepared.command,
+        folder,
+        timeout,
+        framework.records,
+        lambda logged: framework.run_checks(prepared, folder, logged),
+    )
     return {
-        "passed": passed,
-        "seconds": round(result.seconds, 1),
+        **checked.entry(),
         "steps": planned.steps,
         "factor": planned.factor,
         "substitutions": len(planned.rows),
         "unchecked": [u.key for u in planned.unchecked],
-        "checks": [{"name": r.name, "result": RESULT[r.passed], "detail": r.detail} for r in rows],
     }
 
 
