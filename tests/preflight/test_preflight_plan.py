@@ -152,3 +152,27 @@ def test_on_a_gpu_only_the_model_and_the_runs_own_keys_change(composed):
     )
     shape = shape_for(4, 4)  # the 30B example's TP 4 / EP 4: the tiny model must divide by them
     assert shape.heads % 4 == shape.kv_heads % 4 == shape.experts % 4 == 0
+
+
+def test_a_users_hydra_config_and_a_composed_one_compose_as_main_ppo_would(tmp_path, composed):
+    """A user's config that builds on verl's ppo_trainer (its own defaults list and search path), and verl's
+    --cfg job output of a shipped variant: both targets compose, the second to the variant's own config."""
+    mine = tmp_path / "my_run.yaml"
+    mine.write_text(
+        "hydra:\n  searchpath: [pkg://verl.trainer.config]\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+        "actor_rollout_ref:\n  actor:\n    policy_loss:\n      loss_mode: gspo\n"
+    )
+    [target] = resolve(str(mine))
+    assert (target.kind, target.name) == ("hydra", "my_run")
+    config = compose(target, ["data.train_batch_size=64"])
+    assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo" and config.data.train_batch_size == 64
+    variant = f"{SMALL}/sat_gspo_lag8"
+    job = tmp_path / "job.yaml"
+    job.write_text(OmegaConf.to_yaml(composed[variant]))
+    [target] = resolve(str(job))
+    assert target.kind == "composed"
+    assert OmegaConf.to_container(compose(target, []), resolve=False) == OmegaConf.to_container(
+        composed[variant], resolve=False
+    )
+    with pytest.raises(PreflightError, match="Could not override 'data.nope'"):
+        compose(target, ["data.nope=1"])
