@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "target",
         help="verl: EXAMPLE/VARIANT (or EXAMPLE for all its variants), a Hydra config .yaml, or a composed config "
-        ".yaml (--cfg job); openrlhf: EXAMPLE/VARIANT_lagL (e.g. openrlhf_aime_qwen3_30b/sat_gspo_lag8), or EXAMPLE",
+        ".yaml (--cfg job); openrlhf: EXAMPLE/VARIANT_lagL (e.g. openrlhf_aime_qwen3_30b/sat_gspo_lag8), or EXAMPLE; "
+        "several, comma-separated, run one after the other",
     )
     p.add_argument("overrides", nargs="*", help="verl: Hydra overrides; openrlhf: extra flags after `--`")
     p.add_argument("--steps", type=int, default=None, help="global steps (default: enough to reach the lag's bound)")
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         out = (args.out or Path(tempfile.mkdtemp(prefix="sat_ext_preflight_"))).resolve()
         _fresh(out)
         opts = framework.Options(device, args.steps, args.scale, args.model == "keep")
-        targets = framework.load(args.target, args.overrides)
+        targets = [t for text in args.target.split(",") for t in framework.load(text, args.overrides)]
         plans = [framework.early_plan(t, opts) for t in targets]
         allowed = _allowed(args, plans, [t.name for t in targets])
     except PreflightError as err:
