@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, failed, start = [], 0, time.monotonic()
     for name in names:
         out = args.out / name
-        argv = [sys.executable, "-m", "sat_ext.cli", "preflight", *COMMANDS[name], "--out", str(out)]
-        print(f"[preflight_examples] {' '.join(argv[2:])}", flush=True)
-        code = subprocess.run(argv).returncode
+        command = [sys.executable, "-m", "sat_ext.cli", "preflight", *COMMANDS[name], "--out", str(out)]
+        print(f"[preflight_examples] {' '.join(command[2:])}", flush=True)
+        code = subprocess.run(command).returncode
         summary = json.loads((out / "summary.json").read_text())
         failed += code != 0
         for target, t in summary["targets"].items():

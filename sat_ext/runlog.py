@@ -26,6 +26,8 @@ Checks (each PASS, FAIL or SKIP with the reason):
   10% of its tokens (fewer than ~10 responses) gates nothing; its zero-d failure shows in ``d_pi``. A SAT-GSPO
   median below ``GSPO_GATE_RATE_WARN`` passes with a warning that says so (at 12k-token responses in 32k-token
   micro-batches it is ~0.4%: benchmarks/results/bench_gspo_gate.md).
+- ``inert``: ``actor/sat/inert_frac``, the share of a step's micro-batches whose q reached the trust region's
+  radius (SAT then behaves as its base loss); a warning when it is over half on the steady steps, never a failure.
 - ``d_pi``: ``actor/sat/d_pi`` (Eq. 52) reported and finite on every step, > 0 at steady state (median).
 - ``finite losses``: every ``*loss*`` key and ``actor/grad_norm`` finite on every step, and
   ``actor/sat/nonfinite_frac`` = 0 where reported.
@@ -94,6 +96,7 @@ class MetricNames:
     d_pi: str
     nonfinite: str
     grad_norm: str
+    inert: str
     evaluation: bool = True
 
 
@@ -105,6 +108,7 @@ VERL_NAMES = MetricNames(
     "actor/sat/d_pi",
     "actor/sat/nonfinite_frac",
     "actor/grad_norm",
+    "actor/sat/inert_frac",
 )
 #: OpenRLHF's step status (its console line; its wandb / TensorBoard loggers add ``train/``)
 OPENRLHF_NAMES = MetricNames(
@@ -115,6 +119,7 @@ OPENRLHF_NAMES = MetricNames(
     "sat_d_pi",
     "sat_nonfinite_frac",
     "actor_grad_norm",
+    "sat_inert_frac",
     evaluation=False,
 )
 
@@ -328,6 +333,35 @@ def check_gate_rate(records: list[Record], exp: Expectation) -> CheckResult:
     return CheckResult(name, not over and not miss, detail, warning)
 
 
+INERT_WARN = 0.5  # inert on more than this share of the steady steps' micro-batches: a warning
+
+
+def check_inert(records: list[Record], exp: Expectation) -> CheckResult:
+    """SAT could act (q under the trust region's radius) on most steady steps; a warning, not a failure, when it
+    could not: SAT then behaves as its base loss (docs/sat.md, "When SAT is inert")."""
+    name, key = "inert", exp.names.inert
+    if not exp.sat:
+        return CheckResult(name, None, "baseline: no SAT")
+    steady = [r.values[key] for r in _steady(records, exp) if key in r.values]
+    if not steady:
+        return CheckResult(name, None, f"{key} not logged on a steady step (a log of sat_ext before 0.2.0)")
+    share = sum(steady) / len(steady)
+    q = [r.values[exp.names.threshold_q] for r in _steady(records, exp) if exp.names.threshold_q in r.values]
+    detail = (
+        f"{key} on {len(steady)} steady steps: mean {share:.3g} (the share of micro-batches where SAT could not act)"
+    )
+    warning = ""
+    if share > INERT_WARN:
+        warning = (
+            f"SAT was inert on most steady steps: the 0.9-quantile of |log r| (q, median "
+            f"{statistics.median(q) if q else float('nan'):.3g}) reached the trust region's radius, log(1 + eps_high) "
+            "and -log(1 - eps_low) (0.182 and 0.223 at the paper's 0.2), where no token can be newly clipped and SAT's "
+            "update is its base loss's, bit for bit. At this staleness SAT is behaving as its base: lower the lag "
+            "(lag.interval, lag.max_lag) or the learning rate to bring q under the radius"
+        )
+    return CheckResult(name, True, detail, warning)
+
+
 def check_d_pi(records: list[Record], exp: Expectation) -> CheckResult:
     name = "d_pi"
     key = exp.names.d_pi
@@ -463,7 +497,7 @@ def check_eval_count(records: list[Record], exp: Expectation) -> CheckResult:
     return CheckResult(name, not bad, detail)
 
 
-CHECKS = (check_sat_active, check_gate_rate, check_d_pi, check_finite, check_lag_schedule)
+CHECKS = (check_sat_active, check_gate_rate, check_inert, check_d_pi, check_finite, check_lag_schedule)
 
 
 def check_run(records: list[Record], exp: Expectation) -> list[CheckResult]:

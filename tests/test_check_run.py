@@ -169,11 +169,24 @@ def test_a_healthy_baseline_passes_and_skips_the_sat_rows(tmp_path):
         "training steps": True,
         "sat active": True,
         "gate rate": None,
+        "inert": None,
         "d_pi": None,
         "finite losses": True,
         "lag schedule": True,
         "eval count": None,
     }  # no documented count
+
+
+def test_a_run_where_sat_was_inert_passes_with_a_warning_that_says_what_to_lower(tmp_path):
+    """Stale enough that q passes the radius on every micro-batch: SAT is its base loss (a warning, not a fault);
+    a healthy lag keeps inert_frac at 0."""
+    stale = write_run(tmp_path / "sat_grpo_lag8.jsonl", "sat_grpo_lag8", global_steps=3, interval=8, drift=2.0)
+    [inert] = [r for r in check_run(read_log(stale), Expectation.for_variant("sat_grpo_lag8")) if r.name == "inert"]
+    assert inert.passed is True and "mean 1 " in inert.detail
+    assert "SAT is behaving as its base: lower the lag" in inert.warning
+    fresh = write_run(tmp_path / "sat_grpo_lag1.jsonl", "sat_grpo_lag1", global_steps=6, interval=1)
+    [inert] = [r for r in check_run(read_log(fresh), Expectation.for_variant("sat_grpo_lag1")) if r.name == "inert"]
+    assert inert.passed is True and inert.warning == "" and "mean 0 " in inert.detail
 
 
 def test_gate_rate_zero_fails(tmp_path):

@@ -11,10 +11,11 @@ for the Table 10 rows (responses, for SAT-GSPO's ``sequence`` option).
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
-METRIC_KEYS = (
+LINEAR_KEYS = (
     "active",
     "gate_rate",
     "threshold_q",
@@ -31,6 +32,22 @@ METRIC_KEYS = (
     "pg_clipfrac_lower",
     "ppo_kl",
 )
+"""The metrics that are ratios of the sums (:func:`metric_vector`'s matrix rows)."""
+METRIC_KEYS = (*LINEAR_KEYS, "inert_frac")
+"""Every metric, in the order of :func:`metric_vector`: the ratios, then ``inert_frac`` (1 when q is at least the
+trust region's radius on both sides, log(1 + eps_high) and -log(1 - eps_low): then no token can be newly clipped
+and SAT's gradient is its base loss's; docs/sat.md, "When SAT is inert")."""
+
+
+INERT_MARGIN = 1e-5
+"""Relative margin on the radius: a float32 exp(d) of a d just past log(1 + eps) can round back onto the nominal
+endpoint, where the base loss does not clip yet; past the margin it cannot."""
+
+
+def inert_radius(eps_low: float, eps_high: float) -> float:
+    """The q at and above which SAT cannot act: a gated token has |d| > q, so r is already outside the nominal
+    interval [1 - eps_low, 1 + eps_high] on d's side, where the base loss clips too (up to :data:`INERT_MARGIN`)."""
+    return max(math.log1p(eps_high), -math.log1p(-eps_low)) * (1.0 + INERT_MARGIN)
 
 
 SUM_NAMES = (
@@ -99,10 +116,13 @@ def _coefficients(eps_low: float, eps_high: float, dual: bool, device: torch.dev
         "pg_clipfrac_lower": (_row(n_dual_clipped=1.0), per_token, 0.0),
         "ppo_kl": (_row(kl_log_ratio_sum=-1.0), per_token, 0.0),
     }
-    table = torch.tensor([rows[k][0] for k in METRIC_KEYS] + [rows[k][1] for k in METRIC_KEYS], device=device)
-    offset = torch.tensor([rows[k][2] for k in METRIC_KEYS], device=device)
+    table = torch.tensor([rows[k][0] for k in LINEAR_KEYS] + [rows[k][1] for k in LINEAR_KEYS], device=device)
+    offset = torch.tensor([rows[k][2] for k in LINEAR_KEYS], device=device)
     coef = table[:, :-1] if dual else table[:, :-2]  # without a dual clip pg_clipfrac_lower is 0
     return coef.contiguous(), table[:, -1].contiguous(), offset
+
+
+_Q = SUM_NAMES.index("q")
 
 
 def metric_vector(sums: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
@@ -110,7 +130,9 @@ def metric_vector(sums: torch.Tensor, eps_low: float, eps_high: float) -> torch.
     :data:`SUM_NAMES` (a float32 vector in that order, without the last without a dual clip)."""
     coef, const, offset = _coefficients(eps_low, eps_high, sums.numel() == len(SUM_NAMES), sums.device)
     num, den = torch.addmv(const, coef, sums).view(2, -1)
-    return torch.addcdiv(offset, num, den.clamp_min_(1.0))  # offset + num / max(den, 1)
+    ratios = torch.addcdiv(offset, num, den.clamp_min_(1.0))  # offset + num / max(den, 1)
+    inert = sums[_Q : _Q + 1].ge(inert_radius(eps_low, eps_high))
+    return torch.cat((ratios, inert.float()))
 
 
 def metric_dict(vector: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -5,7 +5,10 @@ Keys (all under ``lag/``): ``min``, ``mean``, ``max`` (lag in versions of the sa
 ``consumed``, ``dropped``, ``regenerated`` (this step) and ``dropped_total``, ``regenerated_total``
 (cumulative), ``consumed_len_mean`` and ``dropped_len_mean`` (mean response length, in tokens, of the samples
 consumed and of those dropped or regenerated for staleness this step; 0.0 when none or not reported),
-``consumer_idle_s``, ``producer_idle_s`` (when tracked), ``version``, ``trainer_step``,
+``consumer_idle_s``, ``producer_idle_s`` (when tracked), ``consumer_waits`` (when tracked: the times the trainer
+looked for its batch and found it not ready, an event count that a busy machine does not inflate as it does
+seconds), ``version``,
+``trainer_step``,
 and in interval mode ``scheduled/min|mean|max`` and ``scheduled_steps/min|mean|max`` (the schedule's lag of
 the samples consumed this step, in versions and in trainer steps) and ``off_schedule`` (samples whose lag
 differs from the schedule).
@@ -50,11 +53,13 @@ class LagMetrics:
         interval_schedule: bool = False,
         track_producer_idle: bool = True,
         prefix: str = "lag/",
+        track_consumer_waits: bool = False,
     ):
         self.hist_edges = tuple(hist_edges)
         self.bin_names = hist_bin_names(self.hist_edges)
         self.interval_schedule = interval_schedule
         self.track_producer_idle = track_producer_idle
+        self.track_consumer_waits = track_consumer_waits
         self.prefix = prefix
         self.dropped_total = 0
         self.regenerated_total = 0
@@ -72,6 +77,7 @@ class LagMetrics:
         self.scheduled: list[int] = []
         self.scheduled_steps: list[int] = []
         self.consumer_idle_s = 0.0
+        self.consumer_waits = 0
         self.producer_idle_s = 0.0
 
     def record_consumed(
@@ -111,6 +117,10 @@ class LagMetrics:
     def add_consumer_idle(self, seconds: float) -> None:
         """Time the trainer spent waiting for samples or for a sync to be allowed."""
         self.consumer_idle_s += seconds
+
+    def add_consumer_wait(self) -> None:
+        """The trainer looked for its batch and it was not ready (it waits for the next look)."""
+        self.consumer_waits += 1
 
     def add_producer_idle(self, seconds: float) -> None:
         """Time a producer spent held back by admission control."""
@@ -153,6 +163,8 @@ class LagMetrics:
         )
         if self.track_producer_idle:
             out[f"{p}producer_idle_s"] = self.producer_idle_s
+        if self.track_consumer_waits:
+            out[f"{p}consumer_waits"] = float(self.consumer_waits)
         if self.interval_schedule:
             for name, values in (("scheduled", self.scheduled), ("scheduled_steps", self.scheduled_steps)):
                 out.update(zip((f"{p}{name}/min", f"{p}{name}/mean", f"{p}{name}/max"), self._stats(values)))

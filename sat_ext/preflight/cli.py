@@ -20,10 +20,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from sat_ext.runlog import RunLogError, format_table
-from sat_ext.smoke import checks as smoke_checks
-from sat_ext.smoke.cli import RESULT, versions
-from sat_ext.smoke.runner import run
+from sat_ext.smoke.cli import versions
+from sat_ext.smoke.runner import run_and_check
 
 from .assets import Assets
 from .substitution import markdown
@@ -38,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "target",
         help="verl: EXAMPLE/VARIANT (or EXAMPLE for all its variants), a Hydra config .yaml, or a composed config "
-        ".yaml (--cfg job); openrlhf: EXAMPLE/VARIANT_lagL (e.g. openrlhf_aime_qwen3_30b/sat_gspo_lag8), or EXAMPLE",
+        ".yaml (--cfg job); openrlhf: EXAMPLE/VARIANT_lagL (e.g. openrlhf_aime_qwen3_30b/sat_gspo_lag8), or EXAMPLE; "
+        "several, comma-separated, run one after the other",
     )
     p.add_argument("overrides", nargs="*", help="verl: Hydra overrides; openrlhf: extra flags after `--`")
     p.add_argument("--steps", type=int, default=None, help="global steps (default: enough to reach the lag's bound)")
@@ -93,30 +92,24 @@ def _run_target(framework: ModuleType, loaded, out: Path, assets: Assets, opts, 
     folder = out / loaded.name
     folder.mkdir(parents=True)
     prepared = framework.prepare(loaded, folder, assets, opts)
-    title = f"{framework.NAME} preflight of {loaded.name}"
     planned = prepared.plan
+    title = f"{framework.NAME} preflight of {loaded.name}"
     (folder / "substitutions.md").write_text(markdown(title, prepared.notes, planned.rows, planned.unchecked, allowed))
     print(f"[preflight] {loaded.name}: {planned.steps} steps on {opts.device}, factor {planned.factor} ...", flush=True)
-    result = run(prepared.command.argv, prepared.command.env, folder / "console.log", timeout, cwd=folder)
-    try:
-        logged = framework.records(folder)
-    except RunLogError as err:
-        logged = []
-        print(f"[preflight] {loaded.name}: {err}", flush=True)
-    rows = [smoke_checks.check_exit(result.returncode, result.seconds, timeout)]
-    rows += framework.run_checks(prepared, folder, logged)
-    table = format_table(rows)
-    (folder / "checks.txt").write_text(table + "\n")
-    passed = all(r.passed is not False for r in rows)
-    print(f"[preflight] {loaded.name}: {'PASS' if passed else 'FAIL'} in {result.seconds:.0f} s\n{table}\n", flush=True)
+    checked = run_and_check(
+        f"[preflight] {loaded.name}",
+        prepared.command,
+        folder,
+        timeout,
+        framework.records,
+        lambda logged: framework.run_checks(prepared, folder, logged),
+    )
     return {
-        "passed": passed,
-        "seconds": round(result.seconds, 1),
+        **checked.entry(),
         "steps": planned.steps,
         "factor": planned.factor,
         "substitutions": len(planned.rows),
         "unchecked": [u.key for u in planned.unchecked],
-        "checks": [{"name": r.name, "result": RESULT[r.passed], "detail": r.detail} for r in rows],
     }
 
 
@@ -150,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         out = (args.out or Path(tempfile.mkdtemp(prefix="sat_ext_preflight_"))).resolve()
         _fresh(out)
         opts = framework.Options(device, args.steps, args.scale, args.model == "keep")
-        targets = framework.load(args.target, args.overrides)
+        targets = [t for text in args.target.split(",") for t in framework.load(text, args.overrides)]
         plans = [framework.early_plan(t, opts) for t in targets]
         allowed = _allowed(args, plans, [t.name for t in targets])
     except PreflightError as err:

@@ -29,7 +29,7 @@ from sat_ext.smoke.tensorboard import write_metrics
 from . import openrlhf_flags as F
 from .assets import Assets
 from .data import write_rows
-from .substitution import Row, Unchecked
+from .substitution import Plan, Row
 from .tiny_model import family_of
 from .verl_plan import MAX_FACTOR
 from .verl_run import Options
@@ -53,20 +53,6 @@ class Loaded:
     variant: str | None
     lag: int | None
     flags: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The flags to run, the table, the factor, the steps, the lag and what the log must show."""
-
-    flags: dict[str, list[str]]
-    rows: list[Row]
-    unchecked: list[Unchecked]
-    factor: int
-    steps: int
-    lag: LagConfig | None
-    expectation: Expectation
-    eval_n: int | None
 
 
 @dataclass(frozen=True)
@@ -228,7 +214,7 @@ def prepare(loaded: Loaded, folder: Path, assets: Assets, opts: Options) -> Prep
             f"warm-started on its answers (loss {built.warm_loss[0]:.2f} -> {built.warm_loss[1]:.2f})"
         )
     planned = _plan(loaded, opts, folder, model, model_why, prompt_tokens, flags)
-    batch = int(F.value(planned.flags, "--rollout.batch_size"))
+    batch = int(F.value(planned.run, "--rollout.batch_size"))
     write_rows(data.train, folder / "data" / "openrlhf" / "train.jsonl", batch * planned.steps)
     write_rows(data.val, folder / "data" / "openrlhf" / "aime2024.jsonl", len(data.val))
     notes = [
@@ -236,24 +222,10 @@ def prepare(loaded: Loaded, folder: Path, assets: Assets, opts: Options) -> Prep
         f"Scale factor {planned.factor}; {planned.steps} optimizer steps; the prompt budget holds the data's longest "
         f"prompt, {prompt_tokens} tokens.",
     ]
-    env = {
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "HF_DATASETS_CACHE": str(folder / "hf_datasets"),
-        "TOKENIZERS_PARALLELISM": "false",
-        "RAY_ADDRESS": "local",
-    }
-    path = []
-    if opts.device == "cpu":
-        from sat_ext.openrlhf.cpu import SITE, cpu_environment
+    from sat_ext.openrlhf.cpu import run_environment
 
-        env.update(cpu_environment())
-        path.append(str(SITE))
-    if os.environ.get("PYTHONPATH"):
-        path.append(os.environ["PYTHONPATH"])
-    if path:
-        env["PYTHONPATH"] = os.pathsep.join(path)
-    argv = [sys.executable, "-m", "sat_ext.openrlhf.train_ppo_ray", *F.unparse(planned.flags)]
+    env = run_environment(opts.device, folder / "hf_datasets")
+    argv = [sys.executable, "-m", "sat_ext.openrlhf.train_ppo_ray", *F.unparse(planned.run)]
     return Prepared(Command(argv, env), planned, notes)
 
 

@@ -15,6 +15,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sat_ext.lag.config import LagConfig
+from sat_ext.runlog import Expectation
+
 ABSENT = "(absent)"  # the config does not have the key
 NOT_RUN = "(not run)"  # the key is dropped: the strategy run here has no such setting
 
@@ -37,6 +40,22 @@ class Unchecked:
     key: str
     value: Any
     why: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a preflight runs: ``run`` (verl: the config; OpenRLHF: the flags), its substitution table, the keys not
+    checked, the scale factor, the steps, the lag block, what the log must show and the evaluation's samples per
+    problem where a check reads it from here (OpenRLHF)."""
+
+    run: Any
+    rows: list[Row]
+    unchecked: list[Unchecked]
+    factor: int
+    steps: int
+    lag: LagConfig | None
+    expectation: Expectation
+    eval_n: int | None = None
 
 
 def raw(config: DictConfig, key: str, default: Any = ABSENT) -> Any:

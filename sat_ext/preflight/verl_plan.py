@@ -36,7 +36,7 @@ from sat_ext.verl.lag_overrides import (
 )
 
 from .megatron_fsdp import is_megatron, to_fsdp
-from .substitution import ABSENT, Edits, Row, Unchecked, raw
+from .substitution import ABSENT, Edits, Plan, Unchecked, raw
 from .verl_target import PreflightError
 
 A, R = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
@@ -119,20 +119,6 @@ class Context:
     steps: int | None
     prompt_tokens: int
     factor: int | None = None
-
-
-@dataclass(frozen=True)
-class VerlPlan:
-    """The config to run, its substitution table, the keys not checked, the factor, the steps and what the log
-    must show."""
-
-    config: DictConfig
-    rows: list[Row]
-    unchecked: list[Unchecked]
-    factor: int
-    steps: int
-    lag: LagConfig | None
-    expectation: Expectation
 
 
 def lag_of(config: DictConfig) -> LagConfig | None:
@@ -301,7 +287,7 @@ def expectation(config: DictConfig, lag: LagConfig | None) -> Expectation:
     )
 
 
-def plan(config: DictConfig, ctx: Context) -> VerlPlan:
+def plan(config: DictConfig, ctx: Context) -> Plan:
     """The run's config and its table (the module doc); the factor and steps chosen here unless ``ctx`` gives them."""
     edits = Edits(config)
     lag = lag_of(config)
@@ -320,4 +306,4 @@ def plan(config: DictConfig, ctx: Context) -> VerlPlan:
     _run_keys(edits, ctx, steps)
     skipped = unchecked(config) if ctx.device == "cpu" else []
     _guard(config, edits.config, skipped)
-    return VerlPlan(edits.config, edits.rows, skipped, factor, steps, lag, expectation(config, lag))
+    return Plan(edits.config, edits.rows, skipped, factor, steps, lag, expectation(config, lag))

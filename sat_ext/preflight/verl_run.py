@@ -22,8 +22,9 @@ from sat_ext.smoke.runner import Command
 from . import checks
 from .assets import Assets
 from .data import DataRow, verl_files, write_rows
+from .substitution import Plan
 from .tiny_model import TinyShape, family_of, shape_for
-from .verl_plan import A, Context, R, VerlPlan, plan
+from .verl_plan import A, Context, R, plan
 from .verl_target import Target, compose, resolve
 
 NAME = "verl"
@@ -59,7 +60,7 @@ class Prepared:
     """What runs, and what its checks need: the plan, the rows the run's data holds, the table's notes."""
 
     command: Command
-    plan: VerlPlan
+    plan: Plan
     rows: list[DataRow]
     notes: list[str]
 
@@ -73,7 +74,7 @@ def _config_files(config: DictConfig) -> tuple[list[Path], list[Path]] | None:
     return verl_files(OmegaConf.select(config, "data.train_files"), OmegaConf.select(config, "data.val_files"))
 
 
-def early_plan(loaded: Loaded, opts: Options) -> VerlPlan:
+def early_plan(loaded: Loaded, opts: Options) -> Plan:
     """The plan with placeholder model and data: its rows and keys not checked, before anything is built."""
     ctx = Context(opts.device, PLACEHOLDER, "", (PLACEHOLDER, PLACEHOLDER), PLACEHOLDER, opts.steps, 1, opts.scale)
     return plan(loaded.config, ctx)
@@ -99,7 +100,7 @@ def prepare(loaded: Loaded, folder: Path, assets: Assets, opts: Options) -> Prep
     files = (folder / "data" / "train.parquet", folder / "data" / "val.parquet")
     ctx = Context(opts.device, model, model_why, files, folder, opts.steps, prompt_tokens, opts.scale)
     planned = plan(config, ctx)
-    batch = int(OmegaConf.select(planned.config, "data.train_batch_size"))
+    batch = int(OmegaConf.select(planned.run, "data.train_batch_size"))
     copies = -(-batch // len(data.train))  # verl's epoch is rows // train_batch_size global steps: at least one
     count = write_rows(data.train, files[0], len(data.train) * copies)
     write_rows(data.val, files[1], len(data.val))
@@ -110,7 +111,7 @@ def prepare(loaded: Loaded, folder: Path, assets: Assets, opts: Options) -> Prep
         "verl's epoch is rows // train_batch_size)."
     )
     (folder / "config").mkdir(parents=True, exist_ok=True)
-    (folder / "config" / "preflight.yaml").write_text(OmegaConf.to_yaml(planned.config))
+    (folder / "config" / "preflight.yaml").write_text(OmegaConf.to_yaml(planned.run))
     argv = [sys.executable, "-m", "sat_ext.verl.main_ppo", "--config-path", str(folder / "config")]
     env = {
         "VERL_FILE_LOGGER_PATH": str(folder / "metrics.jsonl"),
@@ -150,7 +151,7 @@ def _per_batch(config: DictConfig) -> int:
 
 def run_checks(prepared: Prepared, folder: Path, logged: list[Record]) -> list[CheckResult]:
     """The rows of the run's log (the exit row comes from the run)."""
-    planned, config = prepared.plan, prepared.plan.config
+    planned, config = prepared.plan, prepared.plan.run
     train = training_records(logged)
     if not train:
         return [CheckResult("steps", False, "no training step logged")]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 SPECIAL = ("<pad>", "<|im_start|>", "<|im_end|>")
@@ -25,30 +24,18 @@ TOKEN = "<\\|im_(?:start|end)\\|>|."  # one token: a special token or one charac
 DATA_SOURCE = "sat_ext_smoke"
 
 
-@dataclass(frozen=True)
-class TinyModel:
-    """The random model's shape (head_dim 32: vLLM's CPU attention refuses 16)."""
-
-    hidden_size: int = 64
-    intermediate_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 2
-    num_key_value_heads: int = 1
-    head_dim: int = 32
-    max_position_embeddings: int = 256
-    seed: int = 0
-
-
 def vocabulary() -> list[str]:
     """Special tokens, then one token per character."""
     return list(SPECIAL) + list(CHARS)
 
 
-def write_model(folder: Path, shape: TinyModel = TinyModel()) -> Path:
-    """A random Qwen3 causal LM and its tokenizer under ``folder`` (Hugging Face layout); returns ``folder``."""
-    import torch
+def write_model(folder: Path) -> Path:
+    """A random Qwen3 causal LM (:func:`sat_ext.preflight.tiny_model.build_model`'s dense family, 256 positions)
+    and its character tokenizer under ``folder`` (Hugging Face layout); returns ``folder``."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import PreTrainedTokenizerFast
+
+    from sat_ext.preflight.tiny_model import TinyShape, build_model
 
     folder.mkdir(parents=True, exist_ok=True)
     vocab = {token: i for i, token in enumerate(vocabulary())}
@@ -64,24 +51,9 @@ def write_model(folder: Path, shape: TinyModel = TinyModel()) -> Path:
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(folder)
-
-    config = Qwen3Config(
-        vocab_size=len(vocab),
-        hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads,
-        head_dim=shape.head_dim,
-        max_position_embeddings=shape.max_position_embeddings,
-        tie_word_embeddings=False,
-        pad_token_id=vocab["<pad>"],
-        eos_token_id=vocab["<|im_end|>"],
-        bos_token_id=vocab["<|im_start|>"],
-        torch_dtype="float32",
+    build_model("qwen3", len(vocab), tokenizer, TinyShape(max_positions=256)).save_pretrained(
+        folder, safe_serialization=True
     )
-    torch.manual_seed(shape.seed)
-    Qwen3ForCausalLM(config).save_pretrained(folder, safe_serialization=True)
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": vocab["<|im_end|>"]}))
     return folder
 

@@ -24,15 +24,11 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from sat_ext.runlog import RunLogError, format_table
-
-from . import checks
 from .assets import write_model
-from .runner import run
+from .runner import run_and_check
 
 FRAMEWORKS = {"verl": "sat_ext.smoke.verl_variants", "openrlhf": "sat_ext.smoke.openrlhf_variants"}
 DEFAULT_STEPS = 4
-RESULT = {True: "PASS", False: "FAIL", None: "SKIP"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,24 +86,15 @@ def run_variant(
     (folder / "inputs").mkdir(parents=True, exist_ok=True)
     cmd = framework.prepare(variant, folder, model, steps, device, scratch)
     print(f"[smoke] {variant.name}: running {framework.NAME} for {steps} global steps on {device} ...", flush=True)
-    result = run(cmd.argv, cmd.env, folder / "console.log", timeout_s, cwd=folder)
-    try:
-        records = framework.records(folder)
-    except RunLogError as e:
-        records = []
-        print(f"[smoke] {variant.name}: {e}", flush=True)
-    rows = [checks.check_exit(result.returncode, result.seconds, timeout_s)]
-    rows += framework.variant_checks(variant, folder, records, steps)
-    table = format_table(rows)
-    (folder / "checks.txt").write_text(table + "\n")
-    passed = all(r.passed is not False for r in rows)
-    print(f"[smoke] {variant.name}: {'PASS' if passed else 'FAIL'} in {result.seconds:.0f} s\n{table}\n", flush=True)
-    return {
-        "passed": passed,
-        "seconds": round(result.seconds, 1),
-        "returncode": result.returncode,
-        "checks": [{"name": r.name, "result": RESULT[r.passed], "detail": r.detail} for r in rows],
-    }
+    checked = run_and_check(
+        f"[smoke] {variant.name}",
+        cmd,
+        folder,
+        timeout_s,
+        framework.records,
+        lambda records: framework.variant_checks(variant, folder, records, steps),
+    )
+    return checked.entry()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -197,26 +197,14 @@ def prepare(variant: Variant, folder: Path, model: Path, steps: int, device: str
     data = write_jsonl(folder / "inputs" / "train.jsonl", openrlhf_rows(steps * variant.batch(steps), seed=0))
     shutil.rmtree(folder / TENSORBOARD, ignore_errors=True)  # a rerun into the same folder starts a new log
     (folder / "metrics.jsonl").unlink(missing_ok=True)
-    env = {
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "HF_DATASETS_CACHE": str(scratch / "hf_datasets"),
-        "TOKENIZERS_PARALLELISM": "false",
-        "RAY_ADDRESS": "local",
-    }  # a private Ray instance
+    from sat_ext.openrlhf.cpu import CPU_FLAGS, run_environment
+
     path = [str(patched_openrlhf(scratch))] if variant.patched_cli else []
     entry = CLI if variant.patched_cli else LAUNCHER
     argv = [sys.executable, "-m", entry, *_flags(variant, folder, model, data, steps)]
     if device == "cpu":
-        from sat_ext.openrlhf.cpu import CPU_FLAGS, SITE, cpu_environment
-
-        env.update(cpu_environment())
-        path.append(str(SITE))
         argv += CPU_FLAGS
-    if os.environ.get("PYTHONPATH"):
-        path.append(os.environ["PYTHONPATH"])
-    if path:
-        env["PYTHONPATH"] = os.pathsep.join(path)
+    env = run_environment(device, scratch / "hf_datasets", path)
     return Command(argv, env)
 
 

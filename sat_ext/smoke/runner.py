@@ -13,8 +13,11 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sat_ext.runlog import CheckResult, Record, RunLogError, format_table
 
 SHM = Path("/dev/shm")
 LEFTOVERS = ("psm_", "sat_ext_weights_")
@@ -97,3 +100,52 @@ def _kill_group(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             continue
         time.sleep(0.5)  # the group may outlive its leader
+
+
+RESULT = {True: "PASS", False: "FAIL", None: "SKIP"}
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A finished run and its check rows (the exit row first)."""
+
+    result: RunResult
+    rows: list[CheckResult]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed is not False for r in self.rows)
+
+    def entry(self) -> dict:
+        """The run's entry in a ``summary.json``."""
+        return {
+            "passed": self.passed,
+            "seconds": round(self.result.seconds, 1),
+            "returncode": self.result.returncode,
+            "checks": [{"name": r.name, "result": RESULT[r.passed], "detail": r.detail} for r in self.rows],
+        }
+
+
+def run_and_check(
+    label: str,
+    cmd: Command,
+    folder: Path,
+    timeout_s: float,
+    records: Callable[[Path], list[Record]],
+    checks: Callable[[list[Record]], list[CheckResult]],
+) -> Checked:
+    """Run ``cmd`` in ``folder`` (console log there), read its ``records`` and check them; writes
+    ``folder/checks.txt`` and prints the table under ``label`` (e.g. ``[smoke] interval2``)."""
+    from .checks import check_exit
+
+    result = run(cmd.argv, cmd.env, folder / "console.log", timeout_s, cwd=folder)
+    try:
+        logged = records(folder)
+    except RunLogError as err:
+        logged = []
+        print(f"{label}: {err}", flush=True)
+    checked = Checked(result, [check_exit(result.returncode, result.seconds, timeout_s), *checks(logged)])
+    table = format_table(checked.rows)
+    (folder / "checks.txt").write_text(table + "\n")
+    print(f"{label}: {'PASS' if checked.passed else 'FAIL'} in {result.seconds:.0f} s\n{table}\n", flush=True)
+    return checked

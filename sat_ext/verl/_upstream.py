@@ -30,7 +30,7 @@ PRIVATE = (
     Private(_RB, "ReplayBufferAsync._terminal_eviction_reasons", "called: failed / filtered / stale groups"),
     Private(_RB, "ReplayBufferAsync._evict_terminal_groups", "overridden: counts the stale groups it drops"),
     Private(_RB, "ReplayBufferAsync._stale_terminal_keys", "overridden: the lag bound decides staleness"),
-    Private(_RB, "ReplayBufferAsync._wait_for_next_poll", "called: verl's poll interval"),
+    Private(_RB, "ReplayBufferAsync._wait_for_next_poll", "overridden: counts the looks that found no batch"),
     Private(_RB, "ReplayBufferAsync._select_prompt_uids", "called: verl's own order (bounded drop)"),
     Private(_RB, "ReplayBufferAsync._materialize_batch", "called: the chosen groups as a batch"),
     Private(_TB, "PPOTrainer._compute_old_log_prob", "called past separate_async's override (on the kept weights)"),
@@ -67,6 +67,9 @@ class ReplayBufferSeam(ReplayBufferAsync):
     def _evict_terminal_groups(self, global_steps, partition_id, eviction_reasons):
         return self.evict_terminal_groups(global_steps, partition_id, eviction_reasons)
 
+    def _wait_for_next_poll(self, partition_id: str, last_debug: float) -> float:
+        return self.wait_for_next_poll(partition_id, last_debug)
+
     def stale_terminal_keys(self, global_steps: int, partition_id: str) -> set[str]:
         """verl's staleness rule (``max_off_policy_threshold``)."""
         return ReplayBufferAsync._stale_terminal_keys(self, global_steps, partition_id)
@@ -83,7 +86,8 @@ class ReplayBufferSeam(ReplayBufferAsync):
         return self._terminal_eviction_reasons(global_steps, partition_id)
 
     def wait_for_next_poll(self, partition_id: str, last_debug: float) -> float:
-        return self._wait_for_next_poll(partition_id, last_debug)
+        """verl's sleep of ``poll_interval`` seconds between two looks at the partition (and its debug log)."""
+        return ReplayBufferAsync._wait_for_next_poll(self, partition_id, last_debug)
 
     def select_prompt_uids(self, partition_id: str, sampleable, batch_size: int):
         return self._select_prompt_uids(partition_id, sampleable, batch_size)

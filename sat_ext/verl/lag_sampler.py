@@ -42,6 +42,11 @@ from ._upstream import ReplayBufferSeam, accumulate_eviction_metrics
 from .lag_overrides import TRAINER_MODE
 from .prepared import LAUNCHER, UnpreparedConfigError, prepared_lag
 
+POLL_INTERVAL_S = 0.05
+"""How long the sampler sleeps between two looks at TransferQueue for its batch. verl's replay buffer sleeps 2.0 s
+(``ReplayBufferAsync.__init__``'s default, which its trainer never overrides): a batch that finished 0.1 s after a
+look cost the trainer 2 s (docs/lag.md, "What lag buys"). Each look is one metadata read from TransferQueue."""
+
 
 class SATLagReplayBuffer(ReplayBufferSeam):
     """``ReplayBufferAsync`` that takes batches by :mod:`sat_ext.lag.batches`' rules and records lags."""
@@ -62,6 +67,7 @@ class SATLagReplayBuffer(ReplayBufferSeam):
                 f"it and launch with `python -m {LAUNCHER}` (sat_ext.verl.lag_overrides.verl_overrides sets both)"
             )
         self.lag, filter_metric = prepared_lag(sampler_kwargs)
+        kwargs.setdefault("poll_interval", POLL_INTERVAL_S)
         super().__init__(
             trainer_mode=trainer_mode,
             trainer_config=trainer_config,
@@ -73,7 +79,10 @@ class SATLagReplayBuffer(ReplayBufferSeam):
         )
         self.sync_every = int(trainer_config.get("parameter_sync_step", 1))  # verl's own reading of the block
         self.lag_metrics = LagMetrics(
-            self.lag.hist_edges, interval_schedule=self.lag.mode == "interval", track_producer_idle=False
+            self.lag.hist_edges,
+            interval_schedule=self.lag.mode == "interval",
+            track_producer_idle=False,
+            track_consumer_waits=True,
         )
         self._local_step = (None, 0)  # (global_steps, sample calls made at it)
 
@@ -104,6 +113,12 @@ class SATLagReplayBuffer(ReplayBufferSeam):
         return [GroupState(uid, int(steps.get(uid, 0)), uid in finished) for uid in live]
 
     # ------------------------------------------------------------------ verl hooks
+
+    def wait_for_next_poll(self, partition_id: str, last_debug: float) -> float:
+        """Every look that found no batch (or, in drop mode, too few sampleable groups) is counted
+        (``lag/consumer_waits``) before verl's sleep."""
+        self.lag_metrics.add_consumer_wait()
+        return super().wait_for_next_poll(partition_id, last_debug)
 
     def stale_terminal_keys(self, global_steps: int, partition_id: str) -> set[str]:
         """Bounded mode: finished groups with a trajectory over ``lag.max_lag`` (evicted, counted and refilled).
@@ -167,7 +182,7 @@ class SATLagReplayBuffer(ReplayBufferSeam):
             clean = self._evict_and_refill(global_steps, partition_id, metrics)
             if clean and not (self.pending_keys[partition_id] or self.running_keys[partition_id]):
                 return metrics
-            last_debug = self.wait_for_next_poll(partition_id, last_debug)
+            last_debug = super().wait_for_next_poll(partition_id, last_debug)  # timed (lag_drain), not counted
 
     @SkipManager.annotate_tq(role="rollout_tq", phase="sample")
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import time
 from contextlib import contextmanager
 
 import ray
@@ -83,6 +84,12 @@ class BroadcastWeights:
         self.cfg = cfg
         self.spill_dir = spill_dir  # kept versions in files there instead of host memory (KeptWeightsWorker)
         self.kept: set[int] = set()
+        self.seconds = 0.0  # spent copying and restoring weights since the last pop_seconds()
+
+    def pop_seconds(self) -> float:
+        """Seconds spent saving, restoring and fingerprinting kept weights since the last call."""
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
 
     @staticmethod
     def key(version: int) -> str:
@@ -90,11 +97,13 @@ class BroadcastWeights:
 
     def window_start(self, workers, current: int) -> None:
         """The trainer holds the weights of broadcast ``current`` and has not updated them yet."""
+        start = time.perf_counter()
         wanted = set(kept_versions(self.cfg, current))
         for version in self.kept - wanted:
             workers.clear_cpu_model(self.key(version))
         workers.save_model_to_cpu(self.key(current), self.spill_dir)
         self.kept = (self.kept & wanted) | {current}
+        self.seconds += time.perf_counter() - start
 
     @contextmanager
     def weights_of(self, workers, version: int, live_is_version: bool, metrics: dict):
@@ -113,9 +122,11 @@ class BroadcastWeights:
             raise RuntimeError(
                 f"the weights of version {version} that generated this batch were not kept (kept: {sorted(self.kept)})"
             )
+        start = time.perf_counter()
         live = workers.weights_fingerprint()
         workers.save_model_to_cpu(self.LIVE)
         workers.restore_model_from_cpu(self.key(version))  # Table 9: the generating checkpoint's weights
+        self.seconds += time.perf_counter() - start
         try:
             if workers.weights_fingerprint() == live:
                 metrics["lag/kept_weights_identical"] = 1.0
@@ -126,8 +137,10 @@ class BroadcastWeights:
                 )
             yield
         finally:
+            start = time.perf_counter()
             workers.restore_model_from_cpu(self.LIVE)
             workers.clear_cpu_model(self.LIVE)
+            self.seconds += time.perf_counter() - start
 
 
 def batch_version(tags: list[dict]) -> int:
@@ -218,5 +231,10 @@ class SATSeparateAsyncTrainer(TrainerSeam):
         compute = self.base_compute_old_log_prob  # verl's, on the current weights
         if self.bypass:
             return compute(batch, metrics)
-        with self.denominator_weights(batch, metrics):  # Table 9: the denominator's weights
-            return compute(batch, metrics)
+        try:
+            with self.denominator_weights(batch, metrics):  # Table 9: the denominator's weights
+                return compute(batch, metrics)
+        finally:  # the copies' share of old_log_prob, as verl's timers add up (timing_s/lag_kept_weights)
+            self.timing_raw["lag_kept_weights"] = self.timing_raw.get("lag_kept_weights", 0.0) + (
+                self.broadcast_weights.pop_seconds()
+            )

@@ -48,8 +48,8 @@ def test_every_variant_plans_and_keeps_the_algorithm(target, composed):
     planned = plan(config, _ctx())
     for key in ALGORITHM:
         if key not in {u.key for u in planned.unchecked}:
-            assert raw(planned.config, key) == raw(config, key), key
-    old, new = VerlSchedule.of(config), VerlSchedule.of(planned.config)
+            assert raw(planned.run, key) == raw(config, key), key
+    old, new = VerlSchedule.of(config), VerlSchedule.of(planned.run)
     assert (old.parameter_sync_step, old.trainer_mode) == (new.parameter_sync_step, new.trainer_mode)
     ahead = [
         verl_warmup_prompts(float(s.num_warmup_batches), s.train_batch_size) / s.ppo_mini_batch_size for s in (old, new)
@@ -59,7 +59,7 @@ def test_every_variant_plans_and_keeps_the_algorithm(target, composed):
     assert planned.steps == 3  # interval mode: past the first window, twice
     rows = {r.key: r for r in planned.rows}
     assert rows["actor_rollout_ref.model.path"].run == str(HERE / "model")
-    assert raw(planned.config, "data.max_prompt_length") * planned.factor == raw(config, "data.max_prompt_length")
+    assert raw(planned.run, "data.max_prompt_length") * planned.factor == raw(config, "data.max_prompt_length")
     assert {u.key for u in planned.unchecked} == (set(R3) if "_r3_" in target else set())
 
 
@@ -69,7 +69,7 @@ def test_the_run_config_builds_verls_own_config_objects(target, composed):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    run = plan(composed[target], _ctx()).config
+    run = plan(composed[target], _ctx()).run
     validate_config(config=run, use_reference_policy=need_reference_policy(run), use_critic=need_critic(run))
     actor = omega_conf_to_dataclass(run.actor_rollout_ref.actor)
     assert actor.strategy == "fsdp2" and actor.optim.optimizer == "AdamW" and tuple(actor.optim.betas) == (0.9, 0.98)
@@ -99,7 +99,7 @@ def test_every_megatron_setting_of_the_30b_example_is_mapped_or_listed(composed)
 
 def test_the_guard_refuses_a_changed_algorithm_key(composed):
     config = composed[f"{SMALL}/sat_gspo_lag8"]
-    run = plan(config, _ctx()).config
+    run = plan(config, _ctx()).run
     OmegaConf.update(run, "actor_rollout_ref.actor.clip_ratio_high", 0.28)
     with pytest.raises(RuntimeError, match="algorithm key actor_rollout_ref.actor.clip_ratio_high"):
         verl_plan._guard(config, run, [])
@@ -123,7 +123,7 @@ def test_a_prefetch_that_needs_the_nudged_float_keeps_it_after_scaling(composed)
     overrides = verl_overrides({"mode": "interval", "interval": 11, "prefetch": 3}, 320)
     config = compose(resolve(f"{SMALL}/sat_grpo_lag1")[0], ["+" + o if o.startswith("+") else o for o in overrides])
     planned = plan(config, _ctx())
-    s = VerlSchedule.of(planned.config)
+    s = VerlSchedule.of(planned.run)
     assert (s.parameter_sync_step, s.ppo_mini_batch_size) == (11, 320 // planned.factor)
     assert verl_warmup_prompts(float(s.num_warmup_batches), s.train_batch_size) == 3 * s.ppo_mini_batch_size
 
@@ -148,7 +148,31 @@ def test_on_a_gpu_only_the_model_and_the_runs_own_keys_change(composed):
     assert (
         planned.factor == 1
         and planned.unchecked == []
-        and raw(planned.config, "actor_rollout_ref.actor.strategy") == "megatron"
+        and raw(planned.run, "actor_rollout_ref.actor.strategy") == "megatron"
     )
     shape = shape_for(4, 4)  # the 30B example's TP 4 / EP 4: the tiny model must divide by them
     assert shape.heads % 4 == shape.kv_heads % 4 == shape.experts % 4 == 0
+
+
+def test_a_users_hydra_config_and_a_composed_one_compose_as_main_ppo_would(tmp_path, composed):
+    """A user's config that builds on verl's ppo_trainer (its own defaults list and search path), and verl's
+    --cfg job output of a shipped variant: both targets compose, the second to the variant's own config."""
+    mine = tmp_path / "my_run.yaml"
+    mine.write_text(
+        "hydra:\n  searchpath: [pkg://verl.trainer.config]\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+        "actor_rollout_ref:\n  actor:\n    policy_loss:\n      loss_mode: gspo\n"
+    )
+    [target] = resolve(str(mine))
+    assert (target.kind, target.name) == ("hydra", "my_run")
+    config = compose(target, ["data.train_batch_size=64"])
+    assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo" and config.data.train_batch_size == 64
+    variant = f"{SMALL}/sat_gspo_lag8"
+    job = tmp_path / "job.yaml"
+    job.write_text(OmegaConf.to_yaml(composed[variant]))
+    [target] = resolve(str(job))
+    assert target.kind == "composed"
+    assert OmegaConf.to_container(compose(target, []), resolve=False) == OmegaConf.to_container(
+        composed[variant], resolve=False
+    )
+    with pytest.raises(PreflightError, match="Could not override 'data.nope'"):
+        compose(target, ["data.nope=1"])

@@ -195,14 +195,14 @@ def test_run_checks_read_openrlhfs_names():
 
 def test_a_relative_out_folder_reaches_the_run_as_absolute_paths(tmp_path, monkeypatch):
     """The run's working directory is its variant folder, so every path it gets must be absolute."""
-    from sat_ext.smoke import cli
+    from sat_ext.smoke import cli, runner
     from sat_ext.smoke.runner import RunResult
 
     seen = []
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(cli, "write_model", lambda folder: folder)
     monkeypatch.setattr(
-        cli, "run", lambda argv, env, log, timeout_s, cwd: seen.append((argv, cwd)) or RunResult(1, 0.0)
+        runner, "run", lambda argv, env, log, timeout_s, cwd: seen.append((argv, cwd)) or RunResult(1, 0.0)
     )
     assert cli.main(["openrlhf", "--variants", "interval2", "--out", "smoke_out", "--device", "cpu"]) == 1
     ((argv, cwd),) = seen

@@ -46,6 +46,7 @@ class Rollout:
         self.pending: list[tuple[str, int]] = []
         self.running: list[tuple[float, str, int, int, int]] = []  # (finish, uid, step, start version, length)
         self.lock = threading.Lock()
+        self.idle_spells = 0  # the times it ran out of work (waiting for new prompts: weights, in interval mode)
         self.stop = False
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
@@ -61,6 +62,10 @@ class Rollout:
     def busy(self) -> int:
         with self.lock:
             return len(self.pending) + len(self.running)
+
+    def idle_count(self) -> int:
+        with self.lock:
+            return self.idle_spells
 
     def close(self) -> None:
         self.stop = True
@@ -81,6 +86,8 @@ class Rollout:
                 self.running.extend(starting)
                 done = [r for r in self.running if r[0] <= now]
                 self.running = [r for r in self.running if r[0] > now]
+                if done and not self.running and not self.pending:
+                    self.idle_spells += 1
                 version = self.version
                 fails = [self.rng.random() < self.fail_rate for _ in done]
             for _, uid, _, _, _ in starting:
@@ -133,9 +140,17 @@ class DriveResult:
 
 
 def drive(
-    sampler, rollout, global_steps: int, sync_every: int, batch_size: int, warmup_prompts: int, drain: bool
+    sampler,
+    rollout,
+    global_steps: int,
+    sync_every: int,
+    batch_size: int,
+    warmup_prompts: int,
+    drain: bool,
+    train_s: float = 0.0,
 ) -> DriveResult:
-    """verl V1 ``fit``'s calls on the replay buffer, with ``rollout`` generating."""
+    """verl V1 ``fit``'s calls on the replay buffer, with ``rollout`` generating and each local update taking
+    ``train_s`` seconds (the trainer's work, slept)."""
     out = DriveResult()
     step = [1]
 
@@ -161,6 +176,7 @@ def drive(
             if any(k.startswith("lag/") for k in metrics):
                 out.metrics.append(metrics)
             tq.kv_clear(keys=batch.keys, partition_id="train")
+            time.sleep(train_s)
         if drain:
             sampler.drain(t)
         ray.get(rollout.set_version.remote(t))

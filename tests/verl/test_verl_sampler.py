@@ -336,6 +336,38 @@ def _run(lag: LagConfig, batch_size: int, global_steps: int, seed: int, fail_rat
         ray.kill(rollout)
 
 
+@pytest.mark.parametrize(
+    "lag",
+    [LagConfig(mode="interval", interval=n, prefetch=1) for n in (1, 2)] + [LagConfig(mode="bounded", max_lag=1)],
+    ids=str,
+)
+def test_with_generation_faster_than_training_the_trainer_never_waits_after_the_warm_up(clean_partition, lag):
+    """Events, not seconds (a busy machine stretches both sides alike): with a rollout 10x faster than a training
+    step, every step after the first takes its batches without one empty look (``lag/consumer_waits`` 0), and the
+    rollout runs out of prompts (waiting for the next broadcast's) at most once per global step, i.e. once per
+    ``interval`` optimizer steps. With the rollout slower than training the counter does count."""
+    batch = 3
+    for median_s, fast, steps in ((0.002, True, 4), (0.2, False, 2)):
+        sampler = _sampler(lag, batch_size=batch)
+        rollout = Rollout.remote(slots=2 * batch * lag.sync_every, n=2, seed=3, median_s=median_s, sigma=0.1)
+        try:
+            warmup = _verl_warmup(lag, batch)
+            res = drive(sampler, rollout, steps, lag.sync_every, batch, warmup, lag.mode == "interval", train_s=0.05)
+            idle = ray.get(rollout.idle_count.remote())
+        finally:
+            ray.get(rollout.close.remote())
+            ray.kill(rollout)
+            left = list((tq.kv_list("train") or {}).get("train", {}))
+            if left:  # the next run starts on an empty partition
+                tq.kv_clear(keys=left, partition_id="train")
+        waits = [m["lag/consumer_waits"] for m in res.metrics]
+        if fast:
+            assert waits[1:] == [0.0] * (steps - 1), waits
+            assert idle <= steps + 1, idle  # each global step's prompts, and the warm-up's
+        else:
+            assert sum(waits) > 0, waits
+
+
 @pytest.mark.parametrize("interval,prefetch", [(1, 1), (4, 1), (4, 0)])
 def test_interval_mode_is_batch_wise_under_long_tailed_finish_times(clean_partition, interval, prefetch):
     lag = LagConfig(mode="interval", interval=interval, prefetch=prefetch)

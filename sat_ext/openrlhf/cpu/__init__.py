@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 ENV_FLAG = "SAT_EXT_OPENRLHF_CPU"
@@ -58,6 +59,28 @@ def cpu_environment() -> dict[str, str]:
         "RAY_ADDRESS": "local",  # OpenRLHF's bare ray.init(): a private instance, never another one on the machine
         "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": RAY_CPU_SLOTS, "GPU": RAY_GPU_SLOTS}),
     }
+
+
+def run_environment(device: str, datasets_cache: Path, path_first: Sequence[str] = ()) -> dict[str, str]:
+    """The environment an OpenRLHF run sat_ext starts adds (the smoke's, the preflight's): offline Hugging Face
+    with ``datasets_cache``, a private Ray instance, ``path_first`` first on ``PYTHONPATH``, and on the CPU this
+    setup (:func:`cpu_environment`, :data:`SITE` on ``PYTHONPATH``)."""
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(datasets_cache),
+        "TOKENIZERS_PARALLELISM": "false",
+        "RAY_ADDRESS": "local",  # OpenRLHF's bare ray.init(): never another instance on the machine
+    }
+    path = list(path_first)
+    if device == "cpu":
+        env.update(cpu_environment())
+        path.append(str(SITE))
+    if os.environ.get("PYTHONPATH"):
+        path.append(os.environ["PYTHONPATH"])
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(path)
+    return env
 
 
 def _refuse_cuda() -> None:

@@ -1,0 +1,351 @@
+"""What lag buys: every lag mode against synchronous training in verl's (or OpenRLHF's) own loop on the CPU.
+
+    python benchmarks/bench_async.py --framework verl --steps 8 --out DIR [--modes sync,interval2,...] [--no-pin]
+
+Every mode runs the smoke's setup (a tiny random Qwen3, 4 prompts x 4 samples per optimizer step, SAT, GRPO
+advantages; :mod:`sat_ext.smoke.verl_variants`, :mod:`sat_ext.smoke.openrlhf_variants`) with the same settings and
+longer responses (``--response-len``), so that generating a batch and training on it take comparable time. The
+rollout engine and the trainer each get one core (``--no-pin`` leaves them to the scheduler): every process runs
+one intra-op thread (``OMP_NUM_THREADS=1``, vLLM's OpenMP threads bound to core 0), and a thread of this script
+pins, every second, the rollout's processes (vLLM, verl's agent loop and reward workers) to core 0 and the
+trainer's (verl's FSDP workers and TaskRunner, OpenRLHF's DeepSpeed actors) to core 1 with
+``sched_setaffinity`` on each of their threads.
+
+Per mode, at steady state (the global steps after the first lag window), from the framework's own step log:
+seconds per optimizer step (median, min, max), the trainer's wait for samples, the weight-sync time, the
+kept-weights copy / restore time (verl, checkpoint denominator), tokens per second, the speedup over the
+synchronous separate run, and the limit ratio: that speedup divided by the pipeline's limit
+(G + T) / max(G, T), with G (generating one batch) and T (one optimizer step) measured in the synchronous
+separate run of the same invocation. Output: ``DIR/bench_async.csv`` (long format: framework, mode, metric,
+value), ``DIR/bench_async.md``, ``DIR/bench_async.png`` (optimizer steps per minute by mode) and each run's
+folder (console log, metrics.jsonl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from _common import command_line, env_lines, environment, md_table
+
+ROLLOUT_CORE, TRAINER_CORE = 0, 1
+#: process command-line fragments of each side (Ray names its actor processes ``ray::<Class>.<method>``)
+ROLLOUT_NAMES = ("vllm", "VLLM", "EngineCore", "AgentLoopWorker", "RewardLoopWorker", "RolloutRayActor", "LLMRay")
+TRAINER_NAMES = ("WorkerDict", "TaskRunner", "PolicyModelActor", "ReferenceModelActor", "PPOTrainer")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One run: its name, the smoke variant that builds it, optimizer steps per logged step, the warm-up steps."""
+
+    name: str
+    variant: object
+    per_record: int
+    warmup: int
+
+
+def verl_modes():
+    from sat_ext.smoke.verl_variants import Variant
+
+    out = [Mode("sync", Variant("sync", "sat"), 1, 1)]
+    out.append(
+        Mode(
+            "sync-separate",
+            Variant("sync-separate", "sat", {"mode": "interval", "interval": 1, "prefetch": 0}, "checkpoint"),
+            1,
+            1,
+        )
+    )
+    for n in (1, 2, 8):
+        out.append(
+            Mode(
+                f"interval{n}",
+                Variant(f"interval{n}", "sat", {"mode": "interval", "interval": n, "prefetch": 1}, "checkpoint"),
+                n,
+                1,
+            )
+        )
+    for lag in (1, 4):
+        for over in ("wait", "drop"):
+            block = {"mode": "bounded", "max_lag": lag, "over_bound": over}
+            out.append(Mode(f"bounded{lag}-{over}", Variant(f"bounded{lag}-{over}", "sat", block), 1, lag + 1))
+    return {m.name: m for m in out}
+
+
+def openrlhf_modes():
+    from sat_ext.smoke.openrlhf_variants import Variant
+
+    return {
+        m.name: m
+        for m in (
+            Mode("sync", Variant("sync", "sat", patched_cli=False), 1, 1),
+            Mode("interval2", Variant("interval2", "sat", {"mode": "interval", "interval": 2, "prefetch": 1}), 1, 2),
+            Mode("bounded1", Variant("bounded1", "sat", {"mode": "bounded", "max_lag": 1, "over_bound": "wait"}), 1, 2),
+        )
+    }
+
+
+# ------------------------------------------------------------------------------------------------ pinning
+
+
+class Pinner(threading.Thread):
+    """Pins, every ``period`` seconds, each thread of the rollout's processes to :data:`ROLLOUT_CORE` and the
+    trainer's to :data:`TRAINER_CORE` (new processes and threads included); counts the processes it pinned."""
+
+    def __init__(self, period: float = 1.0):
+        super().__init__(daemon=True)
+        self.period, self.stop, self.pinned = period, threading.Event(), {}
+
+    def run(self) -> None:
+        import psutil
+
+        while not self.stop.wait(self.period):
+            for proc in psutil.process_iter(["pid", "cmdline", "name"]):
+                text = " ".join(proc.info["cmdline"] or []) + " " + (proc.info["name"] or "")
+                core = ROLLOUT_CORE if any(n in text for n in ROLLOUT_NAMES) else None
+                if core is None and any(n in text for n in TRAINER_NAMES):
+                    core = TRAINER_CORE
+                if core is None:
+                    continue
+                try:
+                    for thread in proc.threads():
+                        os.sched_setaffinity(thread.id, {core})
+                    self.pinned[proc.info["pid"]] = (core, text[:80])
+                except (psutil.Error, OSError):
+                    continue
+
+
+# ------------------------------------------------------------------------------------------------ runs
+
+
+def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, pin: bool):
+    """Run ``mode`` for ``steps`` logged steps plus its warm-up; returns its step records."""
+    from sat_ext.smoke.runner import run
+
+    if framework == "verl":
+        from sat_ext.smoke import verl_variants as fw
+    else:
+        from sat_ext.smoke import openrlhf_variants as fw
+    from sat_ext.smoke.assets import write_model
+
+    folder = out / mode.name
+    (folder / "inputs").mkdir(parents=True, exist_ok=True)
+    model = write_model(out / "model") if not (out / "model" / "config.json").exists() else out / "model"
+    total = steps + mode.warmup
+    cmd = fw.prepare(mode.variant, folder, model, total, "cpu", out)
+    argv = _longer(framework, list(cmd.argv), response_len)
+    env = {**cmd.env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    if pin:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(ROLLOUT_CORE)
+    pinner = Pinner() if pin else None
+    if pinner:
+        pinner.start()
+    print(f"[bench_async] {framework} {mode.name}: {total} steps ...", flush=True)
+    result = run(argv, env, folder / "console.log", 3600, cwd=folder)
+    if pinner:
+        pinner.stop.set()
+    records = fw.records(folder)
+    print(f"[bench_async] {framework} {mode.name}: exit {result.returncode} in {result.seconds:.0f} s", flush=True)
+    return records, (pinner.pinned if pinner else {})
+
+
+def _longer(framework: str, argv: list[str], response_len: int) -> list[str]:
+    """The smoke's command with responses of ``response_len`` tokens (and room for them)."""
+    if framework == "verl":
+        from sat_ext.smoke.verl_variants import PROMPT_LEN
+
+        new = {
+            "data.max_response_length": response_len,
+            "actor_rollout_ref.rollout.max_model_len": PROMPT_LEN + response_len,
+        }
+        kept = [a for a in argv if a.split("=", 1)[0] not in new]
+        return kept + [f"{k}={v}" for k, v in new.items()]
+    from sat_ext.smoke.openrlhf_variants import MAX_LEN, RESPONSE_LEN
+
+    out = list(argv)
+    out[out.index("--rollout.max_new_tokens") + 1] = str(response_len)
+    out[out.index("--data.max_len") + 1] = str(MAX_LEN - RESPONSE_LEN + response_len)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ stats
+
+
+VERL_KEYS = {
+    "step": "timing_s/step",
+    "wait": "lag/consumer_idle_s",
+    "sync": "timing_s/update_weights",
+    "kept": "timing_s/lag_kept_weights",
+    "tokens": "perf/total_num_tokens",
+    "gen": "timing_s/gen",
+}
+OPENRLHF_KEYS = {
+    "step": "timing/step_total",
+    "wait": "lag/consumer_idle_s",
+    "sync": "timing/broadcast",
+    "producer": "lag/producer_idle_s",
+    "gen": "timing/generation",
+}
+
+
+def stats(framework: str, mode: Mode, records) -> dict[str, float]:
+    """The mode's steady-state figures per optimizer step (the module doc)."""
+    keys = VERL_KEYS if framework == "verl" else OPENRLHF_KEYS
+    steady = [r.values for r in records][mode.warmup :]
+    if not steady:
+        return {}
+
+    def per_step(key: str) -> list[float]:
+        return [v[key] / mode.per_record for v in steady if v.get(key) is not None]
+
+    step = per_step(keys["step"])
+    out = {
+        "sec_per_step": statistics.median(step),
+        "sec_per_step_min": min(step),
+        "sec_per_step_max": max(step),
+        "steady_steps": float(len(step) * mode.per_record),
+    }
+    for name in ("wait", "sync", "kept", "gen", "producer"):
+        values = per_step(keys[name]) if name in keys else []
+        if values:
+            out[f"{name}_s"] = statistics.median(values)
+    if "tokens" in keys:
+        tokens = [v[keys["tokens"]] / v[keys["step"]] for v in steady if v.get(keys["tokens"])]
+        out["tokens_per_s"] = statistics.median(tokens) if tokens else float("nan")
+    return out
+
+
+def pipeline(results: dict[str, dict[str, float]], base: str) -> tuple[float, float, float]:
+    """(G, T, limit) from the synchronous separate run: G its wait for each batch's generation, T the rest of its
+    step less the weight sync, the limit (G + T) / max(G, T)."""
+    b = results[base]
+    gen = b.get("wait_s", b.get("gen_s", 0.0))
+    train = b["sec_per_step"] - gen - b.get("sync_s", 0.0)
+    return gen, train, (gen + train) / max(gen, train)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--framework", choices=("verl", "openrlhf"), required=True)
+    p.add_argument("--modes", default=None, help="comma-separated (default: every mode of the framework)")
+    p.add_argument("--steps", type=int, default=8, help="logged steps at steady state, after each mode's warm-up")
+    p.add_argument("--response-len", type=int, default=128)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin the two sides to one core each")
+    args = p.parse_args(argv)
+    modes = verl_modes() if args.framework == "verl" else openrlhf_modes()
+    names = args.modes.split(",") if args.modes else list(modes)
+    unknown = [n for n in names if n not in modes]
+    if unknown:
+        p.error(f"--modes: unknown {unknown}; choose from {', '.join(modes)}")
+    base = "sync-separate" if args.framework == "verl" else "sync"
+    if base not in names:
+        names.insert(0, base)
+    env = environment(torch.device("cpu"), pinned=str(args.pin), response_len=str(args.response_len))
+    args.out.mkdir(parents=True, exist_ok=True)
+    results, pins = {}, {}
+    for name in names:
+        records, pinned = _run(args.framework, modes[name], args.out, args.steps, args.response_len, args.pin)
+        results[name], pins[name] = stats(args.framework, modes[name], records), len(pinned)
+    gen, train, limit = pipeline(results, base)
+    rows = []
+    for name, r in results.items():
+        if not r:
+            continue
+        r["speedup_vs_sync"] = results[base]["sec_per_step"] / r["sec_per_step"]
+        r["limit_ratio"] = r["speedup_vs_sync"] / limit
+        r["pinned_processes"] = float(pins[name])
+        rows += [(args.framework, name, metric, value) for metric, value in r.items()]
+    rows += [
+        (args.framework, base, "G_s", gen),
+        (args.framework, base, "T_s", train),
+        (args.framework, base, "limit", limit),
+    ]
+    _write(args, env, rows, results, (gen, train, limit), argv)
+    return 0
+
+
+def _write(args, env, rows, results, pipe, argv) -> None:
+    import csv
+
+    gen, train, limit = pipe
+    with open(args.out / "bench_async.csv", "w", newline="") as f:
+        for line in env_lines(env):
+            f.write(f"# {line}\n")
+        w = csv.writer(f)
+        w.writerow(["framework", "mode", "metric", "value"])
+        w.writerows((fw, mode, metric, f"{value:.6g}") for fw, mode, metric, value in rows)
+    header = [
+        "mode",
+        "s / step (median)",
+        "min-max",
+        "speedup vs sync",
+        "limit ratio",
+        "trainer wait s",
+        "sync s",
+        "kept weights s",
+        "tokens / s",
+    ]
+    table = md_table(
+        header,
+        [
+            (
+                name,
+                f"{r['sec_per_step']:.3f}",
+                f"{r['sec_per_step_min']:.3f}-{r['sec_per_step_max']:.3f}",
+                f"{r['speedup_vs_sync']:.2f}",
+                f"{r['limit_ratio']:.2f}",
+                f"{r.get('wait_s', float('nan')):.3f}",
+                f"{r.get('sync_s', float('nan')):.3f}",
+                f"{r.get('kept_s', float('nan')):.3f}",
+                f"{r.get('tokens_per_s', float('nan')):.0f}",
+            )
+            for name, r in results.items()
+            if r
+        ],
+    )
+    text = [
+        f"# What lag buys: {args.framework}'s own loop on the CPU",
+        "",
+        f"`{command_line(__file__, argv)}`",
+        "",
+        "```",
+        *env_lines(env),
+        "```",
+        "",
+        f"Pipeline, from the synchronous separate run: G = {gen:.3f} s to generate a batch, T = {train:.3f} s per "
+        f"optimizer step; limit (G + T) / max(G, T) = {limit:.2f}.",
+        "",
+        table,
+        "",
+    ]
+    (args.out / "bench_async.md").write_text("\n".join(text))
+    _plot(args.out / "bench_async.png", results, args.framework)
+
+
+def _plot(path: Path, results, framework: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, r in results.items() if r]
+    per_min = [60.0 / results[n]["sec_per_step"] for n in names]
+    fig, ax = plt.subplots(figsize=(max(5, len(names) * 0.9), 3.2))
+    ax.bar(names, per_min, color=["#888" if n.startswith("sync") else "#2a6" for n in names])
+    ax.set_ylabel("optimizer steps per minute")
+    ax.set_title(f"{framework}: steps per minute by lag mode (CPU)")
+    ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
