@@ -124,7 +124,7 @@ class Pinner(threading.Thread):
 # ------------------------------------------------------------------------------------------------ runs
 
 
-def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, pin: bool):
+def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, pin: bool, shape):
     """Run ``mode`` for ``steps`` logged steps plus its warm-up; returns its step records."""
     from sat_ext.smoke.runner import run
 
@@ -136,7 +136,9 @@ def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, p
 
     folder = out / mode.name
     (folder / "inputs").mkdir(parents=True, exist_ok=True)
-    model = write_model(out / "model") if not (out / "model" / "config.json").exists() else out / "model"
+    model = out / "model"
+    if not (model / "config.json").exists():
+        write_model(model, shape)
     total = steps + mode.warmup
     cmd = fw.prepare(mode.variant, folder, model, total, "cpu", out)
     argv = _longer(framework, list(cmd.argv), response_len)
@@ -158,11 +160,14 @@ def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, p
 def _longer(framework: str, argv: list[str], response_len: int) -> list[str]:
     """The smoke's command with responses of ``response_len`` tokens (and room for them)."""
     if framework == "verl":
-        from sat_ext.smoke.verl_variants import PROMPT_LEN
+        from sat_ext.smoke.verl_variants import BATCH, GROUP, PROMPT_LEN
 
         new = {
             "data.max_response_length": response_len,
             "actor_rollout_ref.rollout.max_model_len": PROMPT_LEN + response_len,
+            "actor_rollout_ref.rollout.ignore_eos": "true",  # every response response_len tokens: a steady G
+            # one batch's sequences at a time, first come first served: batches finish in the order they are taken
+            "actor_rollout_ref.rollout.max_num_seqs": BATCH * GROUP,
         }
         kept = [a for a in argv if a.split("=", 1)[0] not in new]
         return kept + [f"{k}={v}" for k, v in new.items()]
@@ -235,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--framework", choices=("verl", "openrlhf"), required=True)
     p.add_argument("--modes", default=None, help="comma-separated (default: every mode of the framework)")
     p.add_argument("--steps", type=int, default=8, help="logged steps at steady state, after each mode's warm-up")
-    p.add_argument("--response-len", type=int, default=128)
+    p.add_argument("--response-len", type=int, default=128, help="tokens per response (verl: EOS ignored)")
+    p.add_argument("--hidden", type=int, default=64, help="the random Qwen3's hidden size (head_dim 32)")
+    p.add_argument("--layers", type=int, default=2)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin the two sides to one core each")
     args = p.parse_args(argv)
@@ -247,11 +254,21 @@ def main(argv: list[str] | None = None) -> int:
     base = "sync-separate" if args.framework == "verl" else "sync"
     if base not in names:
         names.insert(0, base)
-    env = environment(torch.device("cpu"), pinned=str(args.pin), response_len=str(args.response_len))
+    from sat_ext.preflight.tiny_model import TinyShape
+
+    shape = TinyShape(
+        hidden_size=args.hidden,
+        intermediate_size=2 * args.hidden,
+        layers=args.layers,
+        heads=args.hidden // 32,
+        kv_heads=1,
+        max_positions=512,
+    )
+    env = environment(torch.device("cpu"), pinned=str(args.pin), response_len=str(args.response_len), model=str(shape))
     args.out.mkdir(parents=True, exist_ok=True)
     results, pins = {}, {}
     for name in names:
-        records, pinned = _run(args.framework, modes[name], args.out, args.steps, args.response_len, args.pin)
+        records, pinned = _run(args.framework, modes[name], args.out, args.steps, args.response_len, args.pin, shape)
         results[name], pins[name] = stats(args.framework, modes[name], records), len(pinned)
     gen, train, limit = pipeline(results, base)
     rows = []

@@ -1,9 +1,11 @@
 """Which prompt groups the trainer takes next, framework-free: the batch-wise rule and the over-bound rule.
 
 The paper's batch-wise asynchrony (Fig. 1, §5.1; docs/lag.md): a batch's lag must not depend on how long its responses
-are. Groups are ordered first in, first out by submission (the step they were submitted at, then their id, which is
-random in verl and a counter elsewhere: an order fixed at submission, blind to length), and a batch is the first
-``batch_size`` groups in that order, taken only once every one of them has finished (:func:`next_batch`). The
+are. Groups are ordered first in, first out by submission (the step they were submitted at, then the order they were
+dispatched to the rollout in, then their id: an order fixed at submission, blind to length), and a batch is the first
+``batch_size`` groups in that order, taken only once every one of them has finished (:func:`next_batch`). Taking them
+in dispatch order lets a rollout that serves requests first come, first served finish the batch the trainer needs
+first, while it generates the next one. The
 alternative, :func:`first_finished`, takes the oldest groups among those already finished; it never waits for a
 straggler, so the stragglers (the long responses) are the ones that grow stale and cross the bound.
 
@@ -24,17 +26,18 @@ class GroupState:
     """One prompt group as the selection rules see it.
 
     uid: its id (comparable within one run). submitted: the step it was submitted at. finished: all of its
-    samples are done.
+    samples are done. position: the order it was dispatched to the rollout in (0 where not known).
     """
 
     uid: str | int
     submitted: int
     finished: bool
+    position: int = 0
 
 
-def fifo_key(group: GroupState) -> tuple[int, str | int]:
-    """First in, first out: by submission step, then by id."""
-    return group.submitted, group.uid
+def fifo_key(group: GroupState) -> tuple[int, int, str | int]:
+    """First in, first out: by submission step, then dispatch order, then id."""
+    return group.submitted, group.position, group.uid
 
 
 def next_batch(groups: Iterable[GroupState], batch_size: int) -> list[GroupState] | None:

@@ -29,9 +29,10 @@ def vocabulary() -> list[str]:
     return list(SPECIAL) + list(CHARS)
 
 
-def write_model(folder: Path) -> Path:
-    """A random Qwen3 causal LM (:func:`sat_ext.preflight.tiny_model.build_model`'s dense family, 256 positions)
-    and its character tokenizer under ``folder`` (Hugging Face layout); returns ``folder``."""
+def write_model(folder: Path, shape=None) -> Path:
+    """A random Qwen3 causal LM (:func:`sat_ext.preflight.tiny_model.build_model`'s dense family; ``shape`` a
+    :class:`~sat_ext.preflight.tiny_model.TinyShape`, by default its own with 256 positions) and its character
+    tokenizer under ``folder`` (Hugging Face layout); returns ``folder``."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -51,9 +52,8 @@ def write_model(folder: Path) -> Path:
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(folder)
-    build_model("qwen3", len(vocab), tokenizer, TinyShape(max_positions=256)).save_pretrained(
-        folder, safe_serialization=True
-    )
+    model = build_model("qwen3", len(vocab), tokenizer, shape or TinyShape(max_positions=256))
+    model.save_pretrained(folder, safe_serialization=True)
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": vocab["<|im_end|>"]}))
     return folder
 

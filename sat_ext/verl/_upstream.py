@@ -35,6 +35,7 @@ PRIVATE = (
     Private(_RB, "ReplayBufferAsync._materialize_batch", "called: the chosen groups as a batch"),
     Private(_TB, "PPOTrainer._compute_old_log_prob", "called past separate_async's override (on the kept weights)"),
     Private(_TB, "PPOTrainer._reissue_inflight_prompts", "overridden: interval mode re-generates finished groups"),
+    Private(_TB, "PPOTrainer._submit_batch_to_rollout", "overridden: the sampler notes the dispatch order"),
     Private(_TB, "PPOTrainer._save_checkpoint", "overridden: the lag totals saved beside the checkpoint"),
     Private(_TB, "PPOTrainer._load_checkpoint", "overridden: the lag totals restored on resume"),
     Private(_TSA, "PPOTrainerSeparateAsync._init_resource_pool_mgr", "overridden: the kept-weights actor worker"),
@@ -102,6 +103,9 @@ class TrainerSeam(PPOTrainerSeparateAsync):
     def _reissue_inflight_prompts(self, partition_id: str = "train") -> int:
         return self.reissue_inflight_prompts(partition_id)
 
+    def _submit_batch_to_rollout(self, batch) -> int:
+        return self.submit_batch_to_rollout(batch)
+
     def _init_resource_pool_mgr(self):
         return self.init_resource_pool_mgr()
 
@@ -116,6 +120,10 @@ class TrainerSeam(PPOTrainerSeparateAsync):
 
     def reissue_inflight_prompts(self, partition_id: str = "train") -> int:
         return PPOTrainerSeparateAsync._reissue_inflight_prompts(self, partition_id)
+
+    def submit_batch_to_rollout(self, batch) -> int:
+        """verl's registration of ``batch``'s prompts in TransferQueue and their dispatch to the rollout."""
+        return PPOTrainerSeparateAsync._submit_batch_to_rollout(self, batch)
 
     def init_resource_pool_mgr(self):
         return PPOTrainerSeparateAsync._init_resource_pool_mgr(self)

@@ -12,9 +12,10 @@ trajectory's oldest version is its ``min_global_steps`` tag, or, when the engine
 
 Which groups a local update takes (:mod:`sat_ext.lag.batches`):
 
-- interval mode and bounded ``wait``: the first ``batch_size`` groups in submission order (step, then uid: a
-  random order fixed at submission), once all of them have finished, so a batch's lag never depends on its
-  response lengths; failed (and, in bounded mode, DAPO-filtered) groups are evicted and refilled as verl does;
+- interval mode and bounded ``wait``: the first ``batch_size`` groups in submission order (step, then the order the
+  trainer dispatched them in, :meth:`SATLagReplayBuffer.note_dispatched`), once all of them have finished, so a
+  batch's lag never depends on its response lengths; failed (and, in bounded mode, DAPO-filtered) groups are
+  evicted and refilled as verl does;
 - bounded ``drop``: verl's own order (oldest finished groups first), and a group with any trajectory over
   ``lag.max_lag`` is evicted, refilled, and counted with its response lengths. In bounded ``wait`` no group can be
   over the bound (verl's prefetch window is the admission control); one that is anyway is evicted and counted the
@@ -85,6 +86,8 @@ class SATLagReplayBuffer(ReplayBufferSeam):
             track_consumer_waits=True,
         )
         self._local_step = (None, 0)  # (global_steps, sample calls made at it)
+        self._dispatched: dict[str, int] = {}  # uid -> the order the trainer dispatched it in (note_dispatched)
+        self._next_position = 0
 
     # ------------------------------------------------------------------ groups as the lag rules see them
 
@@ -105,12 +108,21 @@ class SATLagReplayBuffer(ReplayBufferSeam):
                 out[uid].append((self._trajectory_span(partition_id, key, tag), int(tag.get("response_len", 0))))
         return out
 
+    def note_dispatched(self, uids: list[str]) -> None:
+        """The trainer dispatched these prompts to the rollout, in this order (the FIFO order's tie-break within a
+        submission step; a prompt not noted, e.g. one re-issued on resume, sorts after the noted ones)."""
+        start, self._next_position = self._next_position, self._next_position + len(uids)
+        self._dispatched.update((uid, start + i) for i, uid in enumerate(uids))
+
     def _group_states(self, partition_id: str) -> list[GroupState]:
-        """Every group of the partition that is pending, running or finished: submission step, finished or not."""
+        """Every group of the partition that is pending, running or finished: submission step, finished or not,
+        dispatch order (the prompts no longer in the partition are forgotten)."""
         finished = self.finished_keys[partition_id]
         live = self.pending_keys[partition_id] | self.running_keys[partition_id] | finished
-        steps = self.prompt_global_steps[partition_id]
-        return [GroupState(uid, int(steps.get(uid, 0)), uid in finished) for uid in live]
+        if len(self._dispatched) > 2 * len(live) + 1024:
+            self._dispatched = {uid: pos for uid, pos in self._dispatched.items() if uid in live}
+        steps, order, last = self.prompt_global_steps[partition_id], self._dispatched, self._next_position
+        return [GroupState(uid, int(steps.get(uid, 0)), uid in finished, order.get(uid, last)) for uid in live]
 
     # ------------------------------------------------------------------ verl hooks
 

@@ -13,6 +13,9 @@ Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOT
    ``old_log_probs`` is the trainer's log-prob under the weights of the broadcast that generated the batch. verl keeps a
    CPU copy of the current broadcast's weights only; this trainer keeps the copies a prefetched batch still needs
    (:func:`kept_versions`: 2 for the paper's lag 1 and lag 8) and restores the right one per batch.
+3. Every dispatch of prompts to the rollout is noted in the sampler, which takes batches in that order
+   (:meth:`~sat_ext.verl.lag_sampler.SATLagReplayBuffer.note_dispatched`): an engine that serves requests first come,
+   first served then finishes the batch the trainer needs next first.
 """
 
 from __future__ import annotations
@@ -173,6 +176,12 @@ class SATSeparateAsyncTrainer(TrainerSeam):
                 drained = self.replay_buffer.drain(self.global_steps)
         super().on_step_end()  # the broadcast
         self.add_pending_sync_metrics(drained)  # evictions while draining, logged with this step
+
+    def submit_batch_to_rollout(self, batch) -> int:
+        """verl's dispatch, with the order noted in the sampler: batches are taken in the order their prompts reached
+        the rollout, so a rollout that serves first come, first served finishes first the batch needed first."""
+        self.replay_buffer.note_dispatched([str(uid) for uid in batch["uid"]])
+        return super().submit_batch_to_rollout(batch)
 
     def reissue_inflight_prompts(self, partition_id: str = "train") -> int:
         """On resume, verl re-generates the checkpoint's pending and running groups on the current weights; in

@@ -123,19 +123,21 @@ class DriveResult:
     metrics: list[dict] = field(default_factory=list)
     submitted: int = 0
     refills: set[str] = field(default_factory=set)
+    dispatched: list[str] = field(default_factory=list)  # every prompt, in the order it reached the rollout
 
     def fifo_violations(self) -> int:
-        """Batches of one submission that took a group whose uid sorts before one taken earlier (refills aside)."""
-        taken: dict[int, str] = {}
+        """Batches of one submission that took a group dispatched before one taken earlier (refills aside)."""
+        position = {uid: i for i, uid in enumerate(self.dispatched)}
+        taken: dict[int, int] = {}
         bad = 0
         for c in self.consumed:
             for step in {t["global_steps"] for t in c.tags}:
                 uids = [u for u, t in zip(c.uids, c.tags, strict=True) if t["global_steps"] == step]
-                uids = [u for u in uids if u not in self.refills]
-                if uids and step in taken and min(uids) < taken[step]:
+                order = [position[u] for u in uids if u not in self.refills]
+                if order and step in taken and min(order) < taken[step]:
                     bad += 1
-                if uids:
-                    taken[step] = max([*uids, taken.get(step, "")])
+                if order:
+                    taken[step] = max([*order, taken.get(step, -1)])
         return bad
 
 
@@ -160,7 +162,9 @@ def drive(
             out.refills.update(uids)
         tags = [{"is_prompt": True, "status": "pending", "global_steps": step[0]} for _ in uids]
         tq.kv_batch_put(keys=uids, partition_id="train", tags=tags)
+        sampler.note_dispatched(uids)  # what SATSeparateAsyncTrainer.submit_batch_to_rollout does
         ray.get(rollout.submit.remote(uids, step[0]))
+        out.dispatched.extend(uids)
         out.submitted += count
         return count
 

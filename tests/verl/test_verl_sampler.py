@@ -382,7 +382,7 @@ def test_interval_mode_is_batch_wise_under_long_tailed_finish_times(clean_partit
     window = lags[interval:]
     assert sorted(set(window)) == list(range(prefetch, interval + prefetch)) or interval == 1 and window == [1] * 3
     assert all(m["lag/off_schedule"] == 0.0 and m["lag/dropped_total"] == 0.0 for m in res.metrics)
-    # which groups form a batch is fixed at submission (uid order), not by which finished first
+    # which groups form a batch is fixed at submission (dispatch order), not by which finished first
     assert res.fifo_violations() == 0
     # python -m sat_ext.check_run's lag check passes on these real metrics, and fails them against another interval
     records = [Record(t, m) for t, m in enumerate(res.metrics, 1)]
