@@ -66,7 +66,13 @@ MEGATRON_EXTRA = {
     "actor_rollout_ref.actor.optim.override_optimizer_config.": (
         "megatron.core.optimizer",
         "OptimizerConfig",
-        {"optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "adam_beta1", "adam_beta2"},
+        {
+            "optimizer_cpu_offload",
+            "optimizer_offload_fraction",
+            "overlap_cpu_optimizer_d2h_h2d",
+            "adam_beta1",
+            "adam_beta2",
+        },
     ),
 }
 
