@@ -143,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="where warm starts are cached; None: $XDG_CACHE_HOME/sat_ext/demo or ~/.cache/sat_ext/demo",
     )
     g.add_argument("--no-cache", action="store_true", help="always redo the warm start")
+    g.add_argument(
+        "--gzip-history",
+        action="store_true",
+        help="write every step's metrics to history.jsonl.gz instead of history.jsonl (the frontier always does)",
+    )
     r = p.add_argument_group("RL")
     r.add_argument(
         "--lr",
@@ -150,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=5e-5,
         help="AdamW learning rate; 5e-5 with 16 prompts per step puts the lag-1 mismatch d_pi and "
         "log-ratio variance at the paper's (docs/demo.md, calibration)",
+    )
+    r.add_argument(
+        "--lr-warmup",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="linear learning-rate warm-up: lr * min(1, s / STEPS) at trainer step s = 1, 2, ... (every run of the "
+        "sweep); 0: none",
     )
     r.add_argument("--prompts-per-step", type=int, default=16, help="prompt groups per trainer step")
     r.add_argument("--group-size", type=int, default=8, help="responses per prompt (GRPO group)")
@@ -177,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--temperature", type=float, default=1.0)
     r.add_argument("--eval-every", type=int, default=None, help="steps between evaluations; None: the preset's")
     r.add_argument("--eval-size", type=int, default=None, help="held-out problems per evaluation; None: the preset's")
+    r.add_argument(
+        "--log-base-q",
+        action="store_true",
+        help="GRPO / GSPO runs also log base/sat_threshold_q: the q (Eq. 14) SAT-GRPO's / SAT-GSPO's gate would take "
+        "on the same batch, to tell before any SAT run whether SAT could act there",
+    )
     r.add_argument(
         "--gspo-eps",
         type=float,

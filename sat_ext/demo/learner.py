@@ -4,6 +4,14 @@ The loss's ratio is pi / pi^(l) (``ratio_denominator == "checkpoint"``) or pi / 
 beside the loss's own metrics: ``abs_log_ratio/*`` and ``log_ratio/var`` of that ratio (Table 8),
 ``mismatch/d_pi`` = mean |log pi - log mu| (Eq. 52, the paper's d_pi), ``mismatch/engine`` = mean
 |log pi^(l) - log mu| (the engine's numerics and routing at equal weights), and with TIS its weights.
+
+``abs_log_ratio/p90`` is ``torch.quantile``'s (linear interpolation) over every active token of the step, of the
+token log-ratio: not SAT's q, which is Eq. 14's inverse-CDF quantile (the ceil(0.9 n)-th smallest |d|) per loss
+call, and for SAT-GSPO of the sequence log-ratio broadcast to the response's tokens (Eq. 20). With
+``evaluation.base_q`` a run of GRPO or GSPO also logs ``base/sat_threshold_q``: the q that SAT-GRPO's or
+SAT-GSPO's gate would take on the same batch and tokens, computed by that loss itself (sat_ext.core) and averaged
+over the step's loss calls as the loss's own metrics are. With ``recipe.lr_warmup`` the step's learning rate is
+logged as ``lr``.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import numpy as np
 import torch
 
 from .losses import grpo_advantages, make_loss
+from .methods import SAT_BASE
 from .model import token_log_probs
 from .producer import Group
 from .spec import RunSpec
@@ -23,6 +32,19 @@ def tis_weights(checkpoint_lp: torch.Tensor, rollout_lp: torch.Tensor, mask: tor
     """TIS (paper Eq. 41, verl's token-level rollout correction): w = min(pi^(l) / mu, C), 0 off the mask."""
     w = torch.exp((checkpoint_lp - rollout_lp).clamp(max=math.log(cap)))
     return torch.where(mask, w, torch.zeros_like(w))
+
+
+def warmup_lr(lr: float, step: int, warmup: int) -> float:
+    """The learning rate of trainer step ``step`` (1, 2, ...) under a linear warm-up of ``warmup`` steps:
+    ``lr * min(1, step / warmup)`` (lr / W at step 1, the full lr from step W on); ``warmup`` 0: ``lr``."""
+    if step < 1:
+        raise ValueError(f"trainer steps count from 1, got {step}")
+    return lr if warmup <= 0 or step >= warmup else lr * step / warmup
+
+
+BASE_Q = "base/sat_threshold_q"
+"""The q SAT's gate would take on a base run's batch (``Evaluation.base_q``)."""
+_SAT_OF_BASE = {base: sat for sat, base in SAT_BASE.items()}
 
 
 def _quantiles(x: torch.Tensor) -> dict[str, float]:
@@ -48,10 +70,19 @@ class Learner:
         self.loss_fn = make_loss(spec.method.loss, spec.setting, recipe.backend, recipe.group_size)
         self.opt = torch.optim.AdamW(policy.parameters(), lr=recipe.lr, betas=(0.9, 0.99), weight_decay=0.0)
         self.params = [p for p in policy.parameters() if p.requires_grad]
+        self.steps_done = 0
+        # SAT's own loss on the base's batches, for q alone (the sat_ext.core path; its gradient is never used)
+        sat_twin = _SAT_OF_BASE.get(spec.method.loss) if spec.evaluation.base_q else None
+        self.sat_probe = make_loss(sat_twin, spec.setting, "core", recipe.group_size) if sat_twin else None
 
     def step(self, groups: list[Group]) -> dict[str, float]:
         """GRPO advantages over the batch, then ``mini_batches`` optimizer updates; returns the step's metrics."""
         spec, recipe = self.spec, self.spec.recipe
+        self.steps_done += 1
+        if recipe.lr_warmup > 0:
+            lr = warmup_lr(recipe.lr, self.steps_done, recipe.lr_warmup)
+            for pg in self.opt.param_groups:
+                pg["lr"] = lr
         G = recipe.group_size
         prompts = torch.cat([g.prompt for g in groups])
         responses = torch.cat([g.responses for g in groups])
@@ -81,6 +112,10 @@ class Learner:
             d_all.append((lp.detach() - old_lp[sl])[m])
             dmu_all.append((lp.detach() - mu[sl])[m])
             loss, metrics = self.loss_fn(old_lp[sl], lp, adv[sl], m, weights[sl] if weights is not None else None)
+            if self.sat_probe is not None:
+                with torch.no_grad():
+                    probe = self.sat_probe(old_lp[sl], lp.detach(), adv[sl], m)[1]
+                sums[BASE_Q] = sums.get(BASE_Q, 0.0) + probe["actor/sat/threshold_q"]
             self.opt.zero_grad(set_to_none=True)
             if torch.isfinite(loss):
                 loss.backward()
@@ -103,6 +138,8 @@ class Learner:
             "mismatch/d_pi": _masked_stats(torch.cat(dmu_all))["mean"],
             "mismatch/engine": _masked_stats((ckpt - mu)[mask])["mean"],
         }
+        if recipe.lr_warmup > 0:
+            out["lr"] = float(self.opt.param_groups[0]["lr"])
         if weights is not None:
             w = weights[mask]
             out["tis/weight_mean"] = float(w.mean())

@@ -43,6 +43,8 @@ def header_lines(plan: Plan, sweep: SweepRun) -> list[str]:
         if len(plan.lr_mults) == 1
         else f"lr {plan.base_lr:g} x {', '.join(f'{m:g}' for m in plan.lr_mults)}"
     )
+    if r.lr_warmup:
+        lr += f" after a {r.lr_warmup}-step linear warm-up"
     lines = [
         "# sat-ext demo: summary",
         "",
@@ -173,5 +175,5 @@ def write_outputs(out: Path, plan: Plan, sweep: SweepRun, args: dict[str, Any]) 
         (out / "summary.md").write_text(
             summary.summarize(rows, header, results, eval_size=eval_size, reward_name=task.reward_name)
         )
-        files += write_runs(out, results)
+        files += write_runs(out, results, gzip_history=bool(args.get("gzip_history")))
     write_manifest(out, plan, sweep, args, files)

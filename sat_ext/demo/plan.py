@@ -192,7 +192,11 @@ def build_plan(args: argparse.Namespace, engine: str, engine_note: str = "") -> 
         )
         latency = args.latency_mean if args.latency_mean is not None else (1.0 if args.mode == "bounded" else 0.0)
         asynchrony = Asynchrony(args.mode, args.prefetch if args.mode == "interval" else 0, args.over_bound, latency)
-        evaluation = Evaluation(args.eval_every or preset["eval_every"], args.eval_size or preset["eval_size"])
+        evaluation = Evaluation(
+            args.eval_every or preset["eval_every"],
+            args.eval_size or preset["eval_size"],
+            base_q=getattr(args, "log_base_q", False),
+        )
         engine_spec = EngineSpec(engine, mismatch)
         warm = tuple(
             WarmStartSpec(
@@ -216,6 +220,7 @@ def build_plan(args: argparse.Namespace, engine: str, engine_note: str = "") -> 
                 temperature=args.temperature,
                 denominator=args.denominator,
                 tis_cap=args.tis_cap,
+                lr_warmup=getattr(args, "lr_warmup", 0),
             )
             for m in lr_mults
         }

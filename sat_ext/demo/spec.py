@@ -56,7 +56,10 @@ class Recipe:
     step ``mini_batches`` AdamW updates (the paper's recipe: 1) at ``lr`` with gradient clip ``grad_clip``;
     losses from verl's registry (``backend="verl"``) or sat_ext.core. The ratio's denominator is the
     trainer-side log-prob under the weights of the sync that generated the batch, pi^(l) (``"checkpoint"``,
-    Table 9), or the engine's log-prob mu (``"rollout"``, App. E.6); ``tis_cap`` is C of TIS's min(pi^(l)/mu, C)."""
+    Table 9), or the engine's log-prob mu (``"rollout"``, App. E.6); ``tis_cap`` is C of TIS's min(pi^(l)/mu, C).
+    ``lr_warmup`` W > 0: a linear warm-up of the learning rate, ``lr * min(1, s / W)`` at trainer step s = 1, 2, ...
+    (:func:`sat_ext.demo.learner.warmup_lr`; the pre-registered control wherever the lr is above x1,
+    benchmarks/preregistered/miniature_e1_e2.md); 0 (the default): the constant ``lr``, as before."""
 
     backend: str = "verl"
     steps: int = 120
@@ -68,6 +71,7 @@ class Recipe:
     temperature: float = 1.0
     denominator: str = "checkpoint"
     tis_cap: float = TIS_CAP
+    lr_warmup: int = 0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -84,6 +88,8 @@ class Recipe:
             raise ValueError(f"denominator must be one of {list(DENOMINATORS)}, got {self.denominator!r}")
         if not (math.isfinite(self.tis_cap) and self.tis_cap > 0):
             raise ValueError(f"tis_cap must be a finite number > 0, got {self.tis_cap!r}")
+        if isinstance(self.lr_warmup, bool) or not isinstance(self.lr_warmup, int) or self.lr_warmup < 0:
+            raise ValueError(f"lr_warmup must be an integer >= 0 (trainer steps), got {self.lr_warmup!r}")
 
 
 @dataclass(frozen=True)
@@ -123,10 +129,14 @@ class EngineSpec:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Every ``every`` steps the trainer's own policy answers ``size`` fixed held-out problems."""
+    """Every ``every`` steps the trainer's own policy answers ``size`` fixed held-out problems. ``base_q``: a run
+    of a base loss of SAT (GRPO, GSPO) also logs ``base/sat_threshold_q``, the q SAT's gate would take on the
+    step's batch (Eq. 14, the estimator and tokens of ``actor/sat/threshold_q``; :mod:`sat_ext.demo.learner`);
+    off by default, so a run's history is as before."""
 
     every: int = 10
     size: int = 256
+    base_q: bool = False
 
     def __post_init__(self) -> None:
         if self.every < 1 or self.size < 1:
