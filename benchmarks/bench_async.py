@@ -12,7 +12,8 @@ trainer's (verl's FSDP workers and TaskRunner, OpenRLHF's DeepSpeed actors) to c
 ``sched_setaffinity`` on each of their threads.
 
 Per mode, at steady state (the global steps after the first lag window), from the framework's own step log:
-seconds per optimizer step (median, min, max), the trainer's wait for samples, the weight-sync time, the
+seconds per optimizer step (median, min, max), the trainer's wait for samples, the rollout's wait for weights
+(OpenRLHF: measured; verl, whose rollout reports no idle time: the step less G), the weight-sync time, the
 kept-weights copy / restore time (verl, checkpoint denominator), tokens per second, the speedup over the
 synchronous separate run, and the limit ratio: that speedup divided by the pipeline's limit
 (G + T) / max(G, T), with G (generating one batch) and T (one optimizer step) measured in the synchronous
@@ -160,14 +161,12 @@ def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, p
 def _longer(framework: str, argv: list[str], response_len: int) -> list[str]:
     """The smoke's command with responses of ``response_len`` tokens (and room for them)."""
     if framework == "verl":
-        from sat_ext.smoke.verl_variants import BATCH, GROUP, PROMPT_LEN
+        from sat_ext.smoke.verl_variants import PROMPT_LEN
 
         new = {
             "data.max_response_length": response_len,
             "actor_rollout_ref.rollout.max_model_len": PROMPT_LEN + response_len,
             "actor_rollout_ref.rollout.ignore_eos": "true",  # every response response_len tokens: a steady G
-            # one batch's sequences at a time, first come first served: batches finish in the order they are taken
-            "actor_rollout_ref.rollout.max_num_seqs": BATCH * GROUP,
         }
         kept = [a for a in argv if a.split("=", 1)[0] not in new]
         return kept + [f"{k}={v}" for k, v in new.items()]
@@ -212,6 +211,7 @@ def stats(framework: str, mode: Mode, records) -> dict[str, float]:
     step = per_step(keys["step"])
     out = {
         "sec_per_step": statistics.median(step),
+        "sec_per_step_mean": statistics.fmean(step),
         "sec_per_step_min": min(step),
         "sec_per_step_max": max(step),
         "steady_steps": float(len(step) * mode.per_record),
@@ -228,10 +228,10 @@ def stats(framework: str, mode: Mode, records) -> dict[str, float]:
 
 def pipeline(results: dict[str, dict[str, float]], base: str) -> tuple[float, float, float]:
     """(G, T, limit) from the synchronous separate run: G its wait for each batch's generation, T the rest of its
-    step less the weight sync, the limit (G + T) / max(G, T)."""
+    mean step less the weight sync, the limit (G + T) / max(G, T)."""
     b = results[base]
     gen = b.get("wait_s", b.get("gen_s", 0.0))
-    train = b["sec_per_step"] - gen - b.get("sync_s", 0.0)
+    train = b["sec_per_step_mean"] - gen - b.get("sync_s", 0.0)
     return gen, train, (gen + train) / max(gen, train)
 
 
@@ -275,7 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in results.items():
         if not r:
             continue
-        r["speedup_vs_sync"] = results[base]["sec_per_step"] / r["sec_per_step"]
+        # the rollout's wait for weights: measured by sat_ext's OpenRLHF actors; for verl, whose rollout reports
+        # no idle time, derived as the step less one batch's generation time G (G from the synchronous run)
+        r["rollout_wait_s"] = r.get("producer_s", max(0.0, r["sec_per_step"] - gen))
+        # throughput: steps per second over the steady state (a mode whose steps alternate long and short has a
+        # median that is neither)
+        r["speedup_vs_sync"] = results[base]["sec_per_step_mean"] / r["sec_per_step_mean"]
         r["limit_ratio"] = r["speedup_vs_sync"] / limit
         r["pinned_processes"] = float(pins[name])
         rows += [(args.framework, name, metric, value) for metric, value in r.items()]
@@ -302,9 +307,11 @@ def _write(args, env, rows, results, pipe, argv) -> None:
         "mode",
         "s / step (median)",
         "min-max",
+        "mean",
         "speedup vs sync",
         "limit ratio",
         "trainer wait s",
+        "rollout wait s",
         "sync s",
         "kept weights s",
         "tokens / s",
@@ -316,9 +323,11 @@ def _write(args, env, rows, results, pipe, argv) -> None:
                 name,
                 f"{r['sec_per_step']:.3f}",
                 f"{r['sec_per_step_min']:.3f}-{r['sec_per_step_max']:.3f}",
+                f"{r['sec_per_step_mean']:.3f}",
                 f"{r['speedup_vs_sync']:.2f}",
                 f"{r['limit_ratio']:.2f}",
                 f"{r.get('wait_s', float('nan')):.3f}",
+                f"{r['rollout_wait_s']:.3f}",
                 f"{r.get('sync_s', float('nan')):.3f}",
                 f"{r.get('kept_s', float('nan')):.3f}",
                 f"{r.get('tokens_per_s', float('nan')):.0f}",
@@ -337,7 +346,11 @@ def _write(args, env, rows, results, pipe, argv) -> None:
         "```",
         "",
         f"Pipeline, from the synchronous separate run: G = {gen:.3f} s to generate a batch, T = {train:.3f} s per "
-        f"optimizer step; limit (G + T) / max(G, T) = {limit:.2f}.",
+        f"optimizer step; limit (G + T) / max(G, T) = {limit:.2f}. Trainer wait: the trainer's time waiting for "
+        "samples per optimizer step. Rollout wait: the rollout's time waiting for weights per optimizer step ("
+        + ("measured by sat_ext's actors)." if args.framework == "openrlhf" else "derived: the step less G).")
+        + " Seconds are medians over the steady-state steps; the speedup is the ratio of mean seconds per step"
+        " (throughput).",
         "",
         table,
         "",
