@@ -186,6 +186,7 @@ VERL_KEYS = {
     "wait": "lag/consumer_idle_s",
     "sync": "timing_s/update_weights",
     "kept": "timing_s/lag_kept_weights",
+    "drain": "timing_s/lag_drain",
     "tokens": "perf/total_num_tokens",
     "gen": "timing_s/gen",
 }
@@ -216,7 +217,7 @@ def stats(framework: str, mode: Mode, records) -> dict[str, float]:
         "sec_per_step_max": max(step),
         "steady_steps": float(len(step) * mode.per_record),
     }
-    for name in ("wait", "sync", "kept", "gen", "producer"):
+    for name in ("wait", "sync", "kept", "gen", "producer", "drain"):
         values = per_step(keys[name]) if name in keys else []
         if values:
             out[f"{name}_s"] = statistics.median(values)
@@ -233,6 +234,36 @@ def pipeline(results: dict[str, dict[str, float]], base: str) -> tuple[float, fl
     gen = b.get("wait_s", b.get("gen_s", 0.0))
     train = b["sec_per_step_mean"] - gen - b.get("sync_s", 0.0)
     return gen, train, (gen + train) / max(gen, train)
+
+
+_MATMUL = """
+import os, sys, time, torch
+os.sched_setaffinity(0, {int(sys.argv[1])})
+torch.set_num_threads(1)
+a, b = torch.randn(512, 512), torch.randn(512, 512)
+for _ in range(20):
+    a @ b
+t, n = time.perf_counter(), 0
+while time.perf_counter() - t < 5:
+    a @ b
+    n += 1
+print(n / (time.perf_counter() - t))
+"""
+
+
+def core_contention() -> float:
+    """The machine's bound on overlap: the rate of a one-thread 512 x 512 float32 matmul loop (working set past
+    one core's L2) on core 0 while core 1 runs the same loop, over its rate alone. 1.0: the two cores do not slow
+    each other; below 1, running the rollout and the trainer at once slows both."""
+    import subprocess
+
+    def rates(cores: list[int]) -> list[float]:
+        procs = [subprocess.Popen([sys.executable, "-c", _MATMUL, str(c)], stdout=subprocess.PIPE) for c in cores]
+        return [float(p.communicate()[0]) for p in procs]
+
+    alone = rates([ROLLOUT_CORE])[0]
+    both = rates([ROLLOUT_CORE, TRAINER_CORE])
+    return statistics.fmean(both) / alone
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,6 +306,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in results.items():
         if not r:
             continue
+        # each side's busy time per step against its time alone in the synchronous run (G, T): how much running
+        # both at once slows each (the two cores share the L3 cache and memory bandwidth; core_contention)
+        r["trainer_busy_s"] = (
+            r["sec_per_step_mean"] - r.get("wait_s", 0.0) - r.get("sync_s", 0.0) - r.get("drain_s", 0.0)
+        )
+        r["trainer_slowdown"] = r["trainer_busy_s"] / train
+        if "producer_s" in r:
+            r["rollout_slowdown"] = (r["sec_per_step_mean"] - r["producer_s"]) / gen
         # the rollout's wait for weights: measured by sat_ext's OpenRLHF actors; for verl, whose rollout reports
         # no idle time, derived as the step less one batch's generation time G (G from the synchronous run)
         r["rollout_wait_s"] = r.get("producer_s", max(0.0, r["sec_per_step"] - gen))
@@ -284,19 +323,21 @@ def main(argv: list[str] | None = None) -> int:
         r["limit_ratio"] = r["speedup_vs_sync"] / limit
         r["pinned_processes"] = float(pins[name])
         rows += [(args.framework, name, metric, value) for metric, value in r.items()]
+    contention = core_contention()
     rows += [
+        (args.framework, "machine", "core_contention", contention),
         (args.framework, base, "G_s", gen),
         (args.framework, base, "T_s", train),
         (args.framework, base, "limit", limit),
     ]
-    _write(args, env, rows, results, (gen, train, limit), argv)
+    _write(args, env, rows, results, (gen, train, limit, contention), argv)
     return 0
 
 
 def _write(args, env, rows, results, pipe, argv) -> None:
     import csv
 
-    gen, train, limit = pipe
+    gen, train, limit, contention = pipe
     with open(args.out / "bench_async.csv", "w", newline="") as f:
         for line in env_lines(env):
             f.write(f"# {line}\n")
@@ -314,6 +355,7 @@ def _write(args, env, rows, results, pipe, argv) -> None:
         "rollout wait s",
         "sync s",
         "kept weights s",
+        "trainer busy / T",
         "tokens / s",
     ]
     table = md_table(
@@ -330,6 +372,7 @@ def _write(args, env, rows, results, pipe, argv) -> None:
                 f"{r['rollout_wait_s']:.3f}",
                 f"{r.get('sync_s', float('nan')):.3f}",
                 f"{r.get('kept_s', float('nan')):.3f}",
+                f"{r['trainer_slowdown']:.2f}",
                 f"{r.get('tokens_per_s', float('nan')):.0f}",
             )
             for name, r in results.items()
@@ -350,7 +393,12 @@ def _write(args, env, rows, results, pipe, argv) -> None:
         "samples per optimizer step. Rollout wait: the rollout's time waiting for weights per optimizer step ("
         + ("measured by sat_ext's actors)." if args.framework == "openrlhf" else "derived: the step less G).")
         + " Seconds are medians over the steady-state steps; the speedup is the ratio of mean seconds per step"
-        " (throughput).",
+        " (throughput). Trainer busy / T: the trainer's time per step that is neither waiting, weight sync nor"
+        " drain, over T; above 1, running beside the rollout slowed it.",
+        "",
+        f"Core contention: a one-thread matmul loop on one core runs at {contention:.2f} of its rate alone while the"
+        " other core runs the same loop (the cores share the L3 cache and memory bandwidth); the overlap the limit"
+        " assumes slows both sides by about that much.",
         "",
         table,
         "",
