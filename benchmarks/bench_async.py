@@ -127,13 +127,10 @@ class Pinner(threading.Thread):
 
 def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, pin: bool, shape):
     """Run ``mode`` for ``steps`` logged steps plus its warm-up; returns its step records."""
+    from sat_ext.smoke.assets import write_model
     from sat_ext.smoke.runner import run
 
-    if framework == "verl":
-        from sat_ext.smoke import verl_variants as fw
-    else:
-        from sat_ext.smoke import openrlhf_variants as fw
-    from sat_ext.smoke.assets import write_model
+    fw = _variants(framework)
 
     folder = out / mode.name
     (folder / "inputs").mkdir(parents=True, exist_ok=True)
@@ -153,9 +150,31 @@ def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, p
     result = run(argv, env, folder / "console.log", 3600, cwd=folder)
     if pinner:
         pinner.stop.set()
-    records = fw.records(folder)
+    records = _records(framework, folder)
     print(f"[bench_async] {framework} {mode.name}: exit {result.returncode} in {result.seconds:.0f} s", flush=True)
     return records, (pinner.pinned if pinner else {})
+
+
+def _variants(framework: str):
+    """The smoke's variants module of ``framework`` (builds a run's command, reads its records back)."""
+    from importlib import import_module
+
+    return import_module(f"sat_ext.smoke.{framework}_variants")
+
+
+def _records(framework: str, folder: Path):
+    """A finished run's step records, read back from its folder."""
+    return _variants(framework).records(folder)
+
+
+def _kept(csv_path: Path, metric: str) -> dict[str, float]:
+    """``metric`` per mode from an earlier bench_async.csv (for --report-only)."""
+    import csv
+
+    if not csv_path.exists():
+        return {}
+    rows = csv.DictReader(line for line in csv_path.read_text().splitlines() if not line.startswith("#"))
+    return {r["mode"]: float(r["value"]) for r in rows if r["metric"] == metric}
 
 
 def _longer(framework: str, argv: list[str], response_len: int) -> list[str]:
@@ -276,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin the two sides to one core each")
+    p.add_argument("--report-only", action="store_true", help="re-read the runs already in --out; run nothing")
     args = p.parse_args(argv)
     modes = verl_modes() if args.framework == "verl" else openrlhf_modes()
     names = args.modes.split(",") if args.modes else list(modes)
@@ -298,9 +318,16 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(torch.device("cpu"), pinned=str(args.pin), response_len=str(args.response_len), model=str(shape))
     args.out.mkdir(parents=True, exist_ok=True)
     results, pins = {}, {}
+    kept_pins = _kept(args.out / "bench_async.csv", "pinned_processes") if args.report_only else {}
+    # measured with the runs: a report made later on a busy machine keeps the figure of the runs' machine
+    contention = _kept(args.out / "bench_async.csv", "core_contention")["machine"] if args.report_only else None
     for name in names:
-        records, pinned = _run(args.framework, modes[name], args.out, args.steps, args.response_len, args.pin, shape)
-        results[name], pins[name] = stats(args.framework, modes[name], records), len(pinned)
+        if args.report_only:
+            records, pinned = _records(args.framework, args.out / name), kept_pins.get(name, float("nan"))
+        else:
+            run = _run(args.framework, modes[name], args.out, args.steps, args.response_len, args.pin, shape)
+            records, pinned = run[0], len(run[1])
+        results[name], pins[name] = stats(args.framework, modes[name], records), pinned
     gen, train, limit = pipeline(results, base)
     rows = []
     for name, r in results.items():
@@ -308,9 +335,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         # each side's busy time per step against its time alone in the synchronous run (G, T): how much running
         # both at once slows each (the two cores share the L3 cache and memory bandwidth; core_contention)
-        r["trainer_busy_s"] = (
-            r["sec_per_step_mean"] - r.get("wait_s", 0.0) - r.get("sync_s", 0.0) - r.get("drain_s", 0.0)
-        )
+        waited = r["wait_s"] if "wait_s" in r else r.get("gen_s", 0.0)  # a sync run generates inside its step
+        r["trainer_busy_s"] = r["sec_per_step_mean"] - waited - r.get("sync_s", 0.0) - r.get("drain_s", 0.0)
         r["trainer_slowdown"] = r["trainer_busy_s"] / train
         if "producer_s" in r:
             r["rollout_slowdown"] = (r["sec_per_step_mean"] - r["producer_s"]) / gen
@@ -323,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         r["limit_ratio"] = r["speedup_vs_sync"] / limit
         r["pinned_processes"] = float(pins[name])
         rows += [(args.framework, name, metric, value) for metric, value in r.items()]
-    contention = core_contention()
+    contention = core_contention() if contention is None else contention
     rows += [
         (args.framework, "machine", "core_contention", contention),
         (args.framework, base, "G_s", gen),
