@@ -29,3 +29,5 @@ def test_sync_sat_runs_through_verls_own_entry_point(smoke):
     assert console.splitlines()[0].split()[2:4] == ["-m", "verl.trainer.main_ppo"]
     records = [r["data"] for r in metrics(out, "sync-sat") if any(k.startswith("actor/") for k in r["data"])]
     assert [d["actor/sat/active"] for d in records] == [1.0] * STEPS
+    # the run-time signal for an inert SAT (docs/sat.md, "When SAT is inert"): at lag 0 q is far under the radius
+    assert [d["actor/sat/inert_frac"] for d in records] == [0.0] * STEPS
