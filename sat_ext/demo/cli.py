@@ -85,10 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--task",
-        choices=("addition", "code"),
+        choices=("addition", "code", "program"),
         default="addition",
         help="addition: two-digit sums, exact-match reward; code: a program in a small expression "
-        "language from two examples, rewarded by hidden test cases",
+        "language from two examples, rewarded by hidden test cases; program: a program of 15-25 tokens with a "
+        "conditional and a loop over inputs x, y, z from four examples, partial credit = the fraction of 8 "
+        "hidden test cases passed",
     )
     g.add_argument("--out", default="demo_out", help="output directory")
     g.add_argument(

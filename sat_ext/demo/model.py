@@ -31,9 +31,12 @@ class ModelConfig:
     head_dim: int = 32  # vLLM's CPU attention takes head_dim in {32, 64, 80, ...}, not 16
 
 
-def build_policy(cfg: ModelConfig = ModelConfig(), seed: int = 0, vocab: CharVocab = VOCAB) -> torch.nn.Module:
+def build_policy(
+    cfg: ModelConfig = ModelConfig(), seed: int = 0, vocab: CharVocab = VOCAB, max_positions: int = 32
+) -> torch.nn.Module:
     """A randomly initialised Qwen3MoeForCausalLM over ``vocab`` (float32, eval mode: no dropout), no download
-    needed."""
+    needed. ``max_positions`` (prompt + response, :func:`sat_ext.demo.tasks.max_positions`) is the config's
+    ``max_position_embeddings``; it changes no weight (the rotary embedding has none)."""
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     hf_cfg = Qwen3MoeConfig(
@@ -52,7 +55,7 @@ def build_policy(cfg: ModelConfig = ModelConfig(), seed: int = 0, vocab: CharVoc
         norm_topk_prob=True,
         output_router_logits=False,
         router_aux_loss_coef=0.0,
-        max_position_embeddings=32,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=False,
         pad_token_id=vocab.pad,
         bos_token_id=vocab.bos,

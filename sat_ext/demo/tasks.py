@@ -1,19 +1,24 @@
-"""The demo's tasks behind one interface: ``addition`` (exact-match reward) and ``code`` (hidden test cases).
+"""The demo's tasks behind one interface: ``addition`` (exact-match reward), ``code`` (all hidden test cases) and
+``program`` (a program with a conditional and a loop, partial credit over hidden test cases).
 
-Every task has a character vocabulary, fixed prompt and response lengths, a seeded problem stream, the
-supervised targets of its warm start and a 0/1 reward of a response (:class:`Task`).
+Every task has a vocabulary, fixed prompt and response lengths, a seeded problem stream, the supervised targets
+of its warm start and a reward in [0, 1] of a response (:class:`Task`: 0/1 for ``addition`` and ``code``). A task
+may also have its own held-out evaluation stream (``sample_eval``, :func:`eval_sampler`) and a larger position
+budget (``max_positions``, :func:`max_positions`); ``addition`` and ``code`` have neither.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
 from .code_task import CodeTask
+from .program_task import ProgramTask
 from .task import AdditionTask, CharVocab
 
-TASKS = ("addition", "code")
+TASKS = ("addition", "code", "program")
+DEFAULT_POSITIONS = 32  # the policy's max_position_embeddings (and vLLM's max_model_len) unless a task needs more
 
 
 class Task(Protocol):
@@ -41,4 +46,21 @@ def make_task(name: str, max_operand: int = 100) -> Task:
         return AdditionTask(max_operand)
     if name == "code":
         return CodeTask()
+    if name == "program":
+        return ProgramTask()
     raise ValueError(f"task must be one of {list(TASKS)}, got {name!r}")
+
+
+def eval_sampler(task: Task) -> Callable[[int, torch.Generator], list[Any]]:
+    """The stream the held-out evaluation draws from: the task's ``sample_eval`` where it has one (a split
+    disjoint from training), else ``sample`` itself (``addition``, ``code``: as before)."""
+    return getattr(task, "sample_eval", task.sample)
+
+
+def max_positions(task: Task) -> int:
+    """The policy's position budget for ``task``: its ``max_positions`` where it sets one, else
+    :data:`DEFAULT_POSITIONS` (``addition``, ``code``: as before); never less than prompt + response."""
+    n = int(getattr(task, "max_positions", DEFAULT_POSITIONS))
+    if n < task.prompt_len + task.response_len:
+        raise ValueError(f"task {task.name!r}: {n} positions < prompt {task.prompt_len} + response {task.response_len}")
+    return n

@@ -30,7 +30,7 @@ from .learner import Learner
 from .model import build_policy
 from .producer import Producer
 from .spec import RunResult, RunSpec
-from .tasks import make_task
+from .tasks import make_task, max_positions
 from .warm import eval_problems, evaluate, warm_start
 
 MAX_IDLE_TICKS = 10_000
@@ -69,7 +69,7 @@ def run(
     task = make_task(spec.warm.task, spec.warm.max_operand)
     if warm_state is None:
         warm_state, _ = warm_start(spec.warm)
-    policy = build_policy(spec.warm.model, seed=spec.warm.seed, vocab=task.vocab)
+    policy = build_policy(spec.warm.model, seed=spec.warm.seed, vocab=task.vocab, max_positions=max_positions(task))
     policy.load_state_dict(warm_state)
     engine = engine_for(spec.engine.kind, policy, spec.engine.mismatch, spec.seed)
     ctrl = LagController(lag_config(spec))

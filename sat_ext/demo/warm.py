@@ -10,7 +10,7 @@ import torch
 
 from .model import build_policy, sample, token_log_probs
 from .spec import WarmStartSpec
-from .tasks import Task, make_task
+from .tasks import Task, eval_sampler, make_task, max_positions
 
 WARM_THREADS = 1  # the warm start always runs on one torch thread: its floats (and so its stopping step) do not
 # depend on the caller's thread count
@@ -28,8 +28,9 @@ def torch_threads(n: int) -> Iterator[None]:
 
 
 def eval_problems(task: Task, n: int) -> tuple[torch.Tensor, list[Any]]:
-    """The fixed held-out problems every run is scored on (seed 2607, independent of the run seed)."""
-    problems = task.sample(n, torch.Generator().manual_seed(2607))
+    """The fixed held-out problems every run is scored on (seed 2607, independent of the run seed), from the
+    task's evaluation stream (:func:`sat_ext.demo.tasks.eval_sampler`)."""
+    problems = eval_sampler(task)(n, torch.Generator().manual_seed(2607))
     return task.prompt_ids(problems), problems
 
 
@@ -59,7 +60,7 @@ def warm_start(spec: WarmStartSpec) -> tuple[dict[str, torch.Tensor], dict[str, 
 def _warm_start(spec: WarmStartSpec) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     t0, c0 = time.perf_counter(), time.process_time()
     task = make_task(spec.task, spec.max_operand)
-    policy = build_policy(spec.model, seed=spec.seed, vocab=task.vocab)
+    policy = build_policy(spec.model, seed=spec.seed, vocab=task.vocab, max_positions=max_positions(task))
     g = torch.Generator().manual_seed(1_000 + spec.seed)
     opt = torch.optim.AdamW(policy.parameters(), lr=spec.lr, weight_decay=0.0)
     ep, eprobs = eval_problems(task, 256)

@@ -154,7 +154,7 @@ class VLLMEngine:
         policy: torch.nn.Module,
         mismatch: Mismatch = Mismatch(),
         seed: int = 0,
-        max_model_len: int = 32,
+        max_model_len: int | None = None,
         kv_cache_gib: int = 1,
     ):
         check_mismatch(mismatch)
@@ -169,6 +169,13 @@ class VLLMEngine:
         self.eos, self.pad = int(policy.config.eos_token_id), int(policy.config.pad_token_id)
         self._dir = tempfile.mkdtemp(prefix="sat_ext_vllm_")
         policy.save_pretrained(self._dir, safe_serialization=True)
+        max_model_len = max_model_len or int(policy.config.max_position_embeddings)
+        max_num_seqs = 256
+        # Longer sequences than the 32 positions of the addition and code tasks (the program task's 64): room for
+        # max_num_seqs whole prompts in one step, so that vLLM never splits a prompt across steps (vLLM 0.31's CPU
+        # runner then rewinds the seeded request's generator, which a CPU generator refuses: "CPU Generator does
+        # not use offset"). At 32 positions vLLM's default budget is kept, as before.
+        budget = {"max_num_batched_tokens": max_num_seqs * max_model_len} if max_model_len > 32 else {}
         self.llm = LLM(
             model=self._dir,
             skip_tokenizer_init=True,
@@ -178,8 +185,9 @@ class VLLMEngine:
             enable_prefix_caching=False,
             seed=seed,
             logprobs_mode="processed_logprobs",
-            max_num_seqs=256,
+            max_num_seqs=max_num_seqs,
             worker_extension_cls=f"{__name__}.SATWorkerExtension",
+            **budget,
         )
         self.version = 0
 
