@@ -16,7 +16,7 @@ def test_lag_doc_python_example_runs():
 
 
 def test_lag_doc_bash_example_uses_the_real_helper():
-    [bash] = re.findall(r"```bash\n(.*?)```", DOC.read_text(), flags=re.S)
+    [bash] = [b for b in re.findall(r"```bash\n(.*?)```", DOC.read_text(), flags=re.S) if "verl_overrides" in b]
     code = re.search(r'python -c "(.*?)"\)', bash, flags=re.S).group(1).replace("\\\n", "")
     namespace: dict = {}
     exec(code.replace("print(", "result = (", 1), namespace)

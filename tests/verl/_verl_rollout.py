@@ -47,6 +47,7 @@ class Rollout:
         self.running: list[tuple[float, str, int, int, int]] = []  # (finish, uid, step, start version, length)
         self.lock = threading.Lock()
         self.idle_spells = 0  # the times it ran out of work (waiting for new prompts: weights, in interval mode)
+        self.writing = 0  # finished requests whose TransferQueue writes are not done yet
         self.stop = False
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
@@ -60,8 +61,9 @@ class Rollout:
             self.version = version
 
     def busy(self) -> int:
+        """Requests not yet visible as finished in TransferQueue (pending, running, or being written)."""
         with self.lock:
-            return len(self.pending) + len(self.running)
+            return len(self.pending) + len(self.running) + self.writing
 
     def idle_count(self) -> int:
         with self.lock:
@@ -90,6 +92,7 @@ class Rollout:
                     self.idle_spells += 1
                 version = self.version
                 fails = [self.rng.random() < self.fail_rate for _ in done]
+                self.writing += len(done)
             for _, uid, _, _, _ in starting:
                 tq.kv_put(key=uid, partition_id="train", tag={"status": "running"})
             for (_, uid, step, start, length), failed in zip(done, fails, strict=True):
@@ -104,6 +107,8 @@ class Rollout:
                     }
                     tq.kv_batch_put(keys=keys, partition_id="train", tags=[dict(tag) for _ in keys])
                 tq.kv_put(key=uid, partition_id="train", tag={"status": "failure" if failed else "finished"})
+            with self.lock:
+                self.writing -= len(done)
             time.sleep(0.001)
 
 
@@ -150,9 +155,11 @@ def drive(
     warmup_prompts: int,
     drain: bool,
     train_s: float = 0.0,
+    train_until_idle: bool = False,
 ) -> DriveResult:
     """verl V1 ``fit``'s calls on the replay buffer, with ``rollout`` generating and each local update taking
-    ``train_s`` seconds (the trainer's work, slept)."""
+    ``train_s`` seconds (the trainer's work, slept); with ``train_until_idle`` a local update also lasts until the
+    rollout has nothing left to generate: generation faster than training by construction, whatever the load."""
     out = DriveResult()
     step = [1]
 
@@ -181,6 +188,8 @@ def drive(
                 out.metrics.append(metrics)
             tq.kv_clear(keys=batch.keys, partition_id="train")
             time.sleep(train_s)
+            while train_until_idle and ray.get(rollout.busy.remote()):
+                time.sleep(0.005)
         if drain:
             sampler.drain(t)
         ray.get(rollout.set_version.remote(t))

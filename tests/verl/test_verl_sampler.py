@@ -342,17 +342,28 @@ def _run(lag: LagConfig, batch_size: int, global_steps: int, seed: int, fail_rat
     ids=str,
 )
 def test_with_generation_faster_than_training_the_trainer_never_waits_after_the_warm_up(clean_partition, lag):
-    """Events, not seconds (a busy machine stretches both sides alike): with a rollout 10x faster than a training
-    step, every step after the first takes its batches without one empty look (``lag/consumer_waits`` 0), and the
-    rollout runs out of prompts (waiting for the next broadcast's) at most once per global step, i.e. once per
-    ``interval`` optimizer steps. With the rollout slower than training the counter does count."""
+    """Events, not seconds: with generation faster than training (each training step lasts until the rollout has
+    nothing left to generate, so a loaded machine cannot turn it around), every step after the first takes its
+    batches without one empty look (``lag/consumer_waits`` 0), and the rollout runs out of prompts (waiting for the
+    next broadcast's) at most once per global step, i.e. once per ``interval`` optimizer steps. With the rollout
+    slower than training (and the trainer not waiting for it) the counter does count."""
     batch = 3
     for median_s, fast, steps in ((0.002, True, 4), (0.2, False, 2)):
         sampler = _sampler(lag, batch_size=batch)
         rollout = Rollout.remote(slots=2 * batch * lag.sync_every, n=2, seed=3, median_s=median_s, sigma=0.1)
         try:
             warmup = _verl_warmup(lag, batch)
-            res = drive(sampler, rollout, steps, lag.sync_every, batch, warmup, lag.mode == "interval", train_s=0.05)
+            res = drive(
+                sampler,
+                rollout,
+                steps,
+                lag.sync_every,
+                batch,
+                warmup,
+                lag.mode == "interval",
+                0.05,
+                train_until_idle=fast,
+            )
             idle = ray.get(rollout.idle_count.remote())
         finally:
             ray.get(rollout.close.remote())
