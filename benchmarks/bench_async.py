@@ -341,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         if "producer_s" in r:
             r["rollout_slowdown"] = (r["sec_per_step_mean"] - r["producer_s"]) / gen
         # the rollout's wait for weights: measured by sat_ext's OpenRLHF actors; for verl, whose rollout reports
-        # no idle time, derived as the step less one batch's generation time G (G from the synchronous run)
-        r["rollout_wait_s"] = r.get("producer_s", max(0.0, r["sec_per_step"] - gen))
+        # no idle time, derived as the mean step less one batch's generation time G (G from the synchronous run)
+        r["rollout_wait_s"] = r.get("producer_s", max(0.0, r["sec_per_step_mean"] - gen))
         # throughput: steps per second over the steady state (a mode whose steps alternate long and short has a
         # median that is neither)
         r["speedup_vs_sync"] = results[base]["sec_per_step_mean"] / r["sec_per_step_mean"]
