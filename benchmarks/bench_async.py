@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         if not r:
             continue
         # each side's busy time per step against its time alone in the synchronous run (G, T): how much running
-        # both at once slows each (the two cores share the L3 cache and memory bandwidth; core_contention)
+        # both at once slows each (core_contention says how much of that the machine's cores themselves explain)
         waited = r["wait_s"] if "wait_s" in r else r.get("gen_s", 0.0)  # a sync run generates inside its step
         r["trainer_busy_s"] = r["sec_per_step_mean"] - waited - r.get("sync_s", 0.0) - r.get("drain_s", 0.0)
         r["trainer_slowdown"] = r["trainer_busy_s"] / train
@@ -423,8 +423,8 @@ def _write(args, env, rows, results, pipe, argv) -> None:
         " drain, over T; above 1, running beside the rollout slowed it.",
         "",
         f"Core contention: a one-thread matmul loop on one core runs at {contention:.2f} of its rate alone while the"
-        " other core runs the same loop (the cores share the L3 cache and memory bandwidth); the overlap the limit"
-        " assumes slows both sides by about that much.",
+        " other core runs the same loop (1.00: the two cores do not slow each other; below 1, shared caches or"
+        " memory bandwidth slow both sides of any overlap by about that much).",
         "",
         table,
         "",
