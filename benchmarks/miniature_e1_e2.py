@@ -1,6 +1,7 @@
-"""E1 and E2 of issue 36 under their pre-registered rules: run them with ``sat-ext demo``, then judge them.
+"""E1, E2 and E3 of issue 36 under their pre-registered rules: run them with ``sat-ext demo``, then judge them.
 
-The rules are ``benchmarks/preregistered/miniature_e1_e2.md``, added in commit 9918233 before any run; they are
+The rules are ``benchmarks/preregistered/miniature_e1_e2.md``, added in commit 9918233 before any run (E3's
+settings: ``miniature_program.md``, commit 4c636ca, under the same rules); they are
 implemented in :mod:`sat_ext.demo.prereg` (tests/demo/test_prereg.py) and this script only lays out the runs
 and applies them. Every experiment is a few ``python -m sat_ext.demo`` invocations (the demo's own CLI: its warm
 start cache, its ``--jobs`` process pool, its outputs), each into its own folder under ``--out``::
@@ -9,7 +10,8 @@ start cache, its ``--jobs`` process pool, its outputs), each into its own folder
     nice -n 19 python benchmarks/miniature_e1_e2.py e1-stage1 --out DIR        # the bases, 1,500 steps, 2 seeds
     nice -n 19 python benchmarks/miniature_e1_e2.py e1-stage2 --out DIR        # base vs SAT, 5 seeds, where it fell
     nice -n 19 python benchmarks/miniature_e1_e2.py e2 --out DIR               # x1, lags 1/8/32, 300 steps, 8 seeds
-    python benchmarks/miniature_e1_e2.py judge --out DIR                       # classification.md, then e1.md, e2.md
+    nice -n 19 python benchmarks/miniature_e1_e2.py e3 --out DIR               # program task, x1, lag 8, 5 seeds
+    python benchmarks/miniature_e1_e2.py judge --out DIR                       # classification.md, then e1-e3.md
 
 What every run shares (the pre-registration's "Measurements" and "Controls"): evaluation every 25 steps and at
 step 0 on 256 held-out problems; the base runs log the q SAT's gate would take (``--log-base-q``); a 10-step
@@ -56,9 +58,12 @@ CALIBRATION_MULTS = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
 E1_STEPS, E1_SEEDS, STAGE2_SEEDS = 1500, 2, P.SUPPORT_SEEDS
 E1_CELLS = (("addition", 1.0, (8, 32)), ("addition", 2.0, (8,)), ("code", None, (8,)))  # None: the calibrated one
 E2_LAGS, E2_STEPS, E2_SEEDS = (1, 8, 32), 300, 8
+E3_LAGS, E3_STEPS, E3_SEEDS, E3_LAG0_SEEDS = (8,), 300, 5, 2  # benchmarks/preregistered/miniature_program.md
+E3_PREREG = "`benchmarks/preregistered/miniature_program.md` (commit 4c636ca)"
 ISA_CAPS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
-CALIBRATION, SAT_PROBE, BASE_RUNS, LAG0, STAGE2, PAIRS = "calibration", "sat_probe", "bases", "lag0", "stage2", "pairs"
+CALIBRATION, SAT_PROBE, BASE_RUNS, LAG0, STAGE2 = "calibration", "sat_probe", "bases", "lag0", "stage2"
+PAIRS, PROGRAM_PAIRS = "pairs", "program_pairs"
 
 
 # ------------------------------------------------------------------------------------------------ the plan
@@ -144,6 +149,15 @@ def e2_plan() -> list[Invocation]:
     return [
         Invocation("e2/pairs", PAIRS, "addition", 1.0, methods, E2_LAGS, E2_SEEDS, E2_STEPS),
         Invocation("e2/lag0", LAG0, "addition", 1.0, BASES, (1,), E2_SEEDS, E2_STEPS, prefetch=0),
+    ]
+
+
+def e3_plan() -> list[Invocation]:
+    """E3: the same pairs on the program task at x1, lag 8, 300 steps, 5 seeds; the bases' lag-0 control."""
+    methods = BASES + tuple(SAT_OF[b] for b in BASES)
+    return [
+        Invocation("e3/pairs", PROGRAM_PAIRS, "program", 1.0, methods, E3_LAGS, E3_SEEDS, E3_STEPS),
+        Invocation("e3/lag0", LAG0, "program", 1.0, BASES, (1,), E3_LAG0_SEEDS, E3_STEPS, prefetch=0),
     ]
 
 
@@ -311,7 +325,7 @@ def _fmt(x: float, digits: int = 4) -> str:
 
 @dataclass(frozen=True)
 class CellKey:
-    experiment: str  # "E1" or "E2"
+    experiment: str  # "E1", "E2" or "E3"
     task: str
     mult: float
     lag: int
@@ -324,9 +338,13 @@ class CellKey:
 
 def classify_cells(runs: list[Run]) -> dict[CellKey, P.CellClass]:
     """Every cell's class from q and newly clipped alone (no evaluation is read): E1's from stage 1 (the bases'
-    1,500 steps and the SAT runs' first 50), E2's from its pairs."""
+    1,500 steps and the SAT runs' first 50), E2's and E3's from their pairs."""
     out: dict[CellKey, P.CellClass] = {}
-    for exp, base_role, sat_role in (("E1", BASE_RUNS, SAT_PROBE), ("E2", PAIRS, PAIRS)):
+    for exp, base_role, sat_role in (
+        ("E1", BASE_RUNS, SAT_PROBE),
+        ("E2", PAIRS, PAIRS),
+        ("E3",) + (PROGRAM_PAIRS,) * 2,
+    ):
         q: dict[tuple, list[float]] = defaultdict(list)
         clip: dict[tuple, list[float]] = defaultdict(list)
         for r in runs:
@@ -543,61 +561,84 @@ def _control_lines(controls: list[Run]) -> list[str]:
     return lines
 
 
-def e2_lines(runs: list[Run], classes: dict[CellKey, P.CellClass]) -> tuple[list[str], dict[str, Any]]:
-    lines = _head("E2: does SAT's effect grow with lag in the paper's regime?", runs)
-    pairs = _by(runs, PAIRS)
-    data: dict[str, Any] = {}
-    lines += [
-        "Per lag, the paired difference of outcomes (SAT - base, per seed; outcome = mean of the last 3 "
-        "evaluations) with its Student-t 95% interval; SAT better if the lower end > 0, worse if the upper end "
-        "< 0, equivalent if the interval lies inside (-0.01, +0.01), else inconclusive. Then the slope of the "
-        "paired difference against log2(lag), least squares over all pairs with its 95% interval, SAT-inert cells "
-        "left out; its sign is reported only where the interval excludes 0.",
+@dataclass
+class PairTable:
+    """One base / SAT pair's per-lag rows in one experiment, with what the slope and judgement.json need."""
+
+    rows: list[str]
+    diffs: dict[int, dict[int, float]]
+    labels: dict[int, str]
+    data: dict[str, Any]
+
+
+def pair_table(
+    runs: list[Run], classes: dict[CellKey, P.CellClass], experiment: str, role: str, base: str
+) -> PairTable:
+    """Per lag of ``role``'s runs: both outcomes, the paired SAT - base interval, its verdict as the cell's class
+    lets it be read, and the collapses."""
+    pairs = _by(runs, role)
+    sat = SAT_OF[base]
+    table = PairTable([], {}, {}, {})
+    for t, m, k in sorted({(t, m, k) for (t, m, k, meth, _s) in pairs if meth == base}):
+        base_o = {s: _outcome(r) for (t2, m2, k2, meth, s), r in pairs.items() if (t2, m2, k2, meth) == (t, m, k, base)}
+        sat_o = {s: _outcome(r) for (t2, m2, k2, meth, s), r in pairs.items() if (t2, m2, k2, meth) == (t, m, k, sat)}
+        d = P.paired_differences(sat_o, base_o)
+        if not d:
+            continue
+        label = _class_word(classes.get(CellKey(experiment, t, m, k, base)))
+        table.labels[k], table.diffs[k] = label, d
+        iv = P.t_interval(list(d.values()))
+        word = P.verdict(iv)
+        shown = {P.INERT: P.INERT_WORDS, P.ACTIVE: word}.get(label, f"{label}: reported, not judged ({word})")
+        collapses = [sum(_collapse(pairs[(t, m, k, meth, s)]).collapsed for s in d) for meth in (base, sat)]
+        table.rows.append(
+            f"| {k} | {label} | {_fmt(float(sum(base_o.values()) / len(base_o)), 3)} | "
+            f"{_fmt(float(sum(sat_o.values()) / len(sat_o)), 3)} | {iv.describe()} | {shown} | "
+            f"{collapses[0]} / {collapses[1]} |"
+        )
+        table.data[f"{base}/lag{k}"] = {"class": label, "interval": dataclasses.asdict(iv), "verdict": word}
+    return table
+
+
+def _pair_section(title: str, base: str, table: PairTable) -> list[str]:
+    sat = SAT_OF[base]
+    return [
+        f"## {LABEL[sat]} against {LABEL[base]} ({title})",
+        "",
+        f"| lag | class | {LABEL[base]} outcome | {LABEL[sat]} outcome | SAT - base [95%] | verdict | collapsed "
+        "(base / SAT) |",
+        "|---|---|---|---|---|---|---|",
+        *table.rows,
         "",
     ]
-    if not pairs:
+
+
+_PAIRED_WORDS = (
+    "the paired difference of outcomes (SAT - base, per seed; outcome = mean of the last 3 evaluations) with its "
+    "Student-t 95% interval; SAT better if the lower end > 0, worse if the upper end < 0, equivalent if the "
+    "interval lies inside (-0.01, +0.01), else inconclusive."
+)
+
+
+def e2_lines(runs: list[Run], classes: dict[CellKey, P.CellClass]) -> tuple[list[str], dict[str, Any]]:
+    lines = _head("E2: does SAT's effect grow with lag in the paper's regime?", runs)
+    data: dict[str, Any] = {}
+    lines += [
+        f"Per lag, {_PAIRED_WORDS} Then the slope of the paired difference against log2(lag), least squares over "
+        "all pairs with its 95% interval, SAT-inert cells left out; its sign is reported only where the interval "
+        "excludes 0.",
+        "",
+    ]
+    if not _by(runs, PAIRS):
         lines.append("E2 has not run.")
     for b in BASES:
-        sat = SAT_OF[b]
-        diffs: dict[int, dict[int, float]] = {}
-        labels: dict[int, str] = {}
-        rows = []
-        for k in sorted({k for (_t, _m, k, meth, _s) in pairs if meth == b}):
-            base_o = {s: _outcome(r) for (t, m, k2, meth, s), r in pairs.items() if (k2, meth) == (k, b)}
-            sat_o = {s: _outcome(r) for (t, m, k2, meth, s), r in pairs.items() if (k2, meth) == (k, sat)}
-            d = P.paired_differences(sat_o, base_o)
-            if not d:
-                continue
-            cls = classes.get(CellKey("E2", "addition", 1.0, k, b))
-            labels[k] = _class_word(cls)
-            diffs[k] = d
-            iv = P.t_interval(list(d.values()))
-            word = P.verdict(iv)
-            unjudged = f"{labels[k]}: reported, not judged ({word})"
-            shown = {P.INERT: P.INERT_WORDS, P.ACTIVE: word}.get(labels[k], unjudged)
-            collapses = (
-                sum(_collapse(pairs[("addition", 1.0, k, b, s)]).collapsed for s in d),
-                sum(_collapse(pairs[("addition", 1.0, k, sat, s)]).collapsed for s in d),
-            )
-            rows.append(
-                f"| {k} | {labels[k]} | {_fmt(float(sum(base_o.values()) / len(base_o)), 3)} | "
-                f"{_fmt(float(sum(sat_o.values()) / len(sat_o)), 3)} | {iv.describe()} | {shown} | "
-                f"{collapses[0]} / {collapses[1]} |"
-            )
-            data[f"{b}/lag{k}"] = {"class": labels[k], "interval": dataclasses.asdict(iv), "verdict": word}
-        if not rows:
+        table = pair_table(runs, classes, "E2", PAIRS, b)
+        if not table.rows:
             continue
-        lines += [
-            f"## {LABEL[sat]} against {LABEL[b]} (x1)",
-            "",
-            f"| lag | class | {LABEL[b]} outcome | {LABEL[sat]} outcome | SAT - base [95%] | verdict | collapsed "
-            "(base / SAT) |",
-            "|---|---|---|---|---|---|---|",
-            *rows,
-            "",
-        ]
-        sl = P.e2_slope(diffs, labels)
-        left_out = [k for k, w in labels.items() if w == P.INERT]
+        data.update(table.data)
+        lines += _pair_section("x1", b, table)
+        sl = P.e2_slope(table.diffs, table.labels)
+        left_out = [k for k, w in table.labels.items() if w == P.INERT]
         lines.append(
             "Slope of SAT - base against log2(lag): "
             + (sl.describe() if sl is not None else "not defined (fewer than two lags left)")
@@ -611,6 +652,23 @@ def e2_lines(runs: list[Run], classes: dict[CellKey, P.CellClass]) -> tuple[list
     return lines + [""], data
 
 
+def e3_lines(runs: list[Run], classes: dict[CellKey, P.CellClass]) -> tuple[list[str], dict[str, Any]]:
+    lines = _head("E3: base against SAT on the program task", runs)
+    lines[2] += f" E3's settings: {E3_PREREG}."
+    data: dict[str, Any] = {}
+    lines += [f"Program task, x1, lag 8, 300 steps, 5 seeds: {_PAIRED_WORDS}", ""]
+    if not _by(runs, PROGRAM_PAIRS):
+        lines.append("E3 has not run.")
+    for b in BASES:
+        table = pair_table(runs, classes, "E3", PROGRAM_PAIRS, b)
+        if table.rows:
+            data.update(table.data)
+            lines += _pair_section("program, x1", b, table)
+    lines += ["## Lag-0 controls (program, x1, 300 steps)", ""]
+    lines += _control_lines([r for r in runs if r.role == LAG0 and r.group.startswith("e3/")])
+    return lines + [""], data
+
+
 def judge(out: Path) -> dict[str, Any]:
     """classification.md first (q and newly clipped only), then e1.md and e2.md, and judgement.json."""
     runs = load_runs(out)
@@ -620,6 +678,8 @@ def judge(out: Path) -> dict[str, Any]:
     (out / "e1.md").write_text("\n".join(e1))
     e2, e2_data = e2_lines(runs, classes)
     (out / "e2.md").write_text("\n".join(e2))
+    e3, e3_data = e3_lines(runs, classes)
+    (out / "e3.md").write_text("\n".join(e3))
     verdicts = {
         "preregistration": {"file": P.PREREG_FILE, "commit": P.PREREG_COMMIT},
         "code_commit": _git_commit(),
@@ -627,6 +687,7 @@ def judge(out: Path) -> dict[str, Any]:
         "classification": {k.describe(): dataclasses.asdict(c) for k, c in classes.items()},
         "E1": e1_data,
         "E2": e2_data,
+        "E3": e3_data,
     }
     (out / "judgement.json").write_text(json.dumps(verdicts, indent=1, default=str))
     return verdicts
@@ -721,10 +782,15 @@ def cmd_e2(opts: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_e3(opts: argparse.Namespace) -> int:
+    run_plan(e3_plan(), opts)
+    return 0
+
+
 def cmd_judge(opts: argparse.Namespace) -> int:
     out = Path(opts.out)
     v = judge(out)
-    print(f"[miniature] wrote {out}/classification.md, e1.md, e2.md, judgement.json; E1: {v['E1']['outcome']}")
+    print(f"[miniature] wrote {out}/classification.md, e1.md, e2.md, e3.md, judgement.json; E1: {v['E1']['outcome']}")
     return 0
 
 
@@ -768,7 +834,10 @@ def build_parser() -> argparse.ArgumentParser:
     e2 = sub.add_parser("e2", help="GRPO/SAT-GRPO and GSPO/SAT-GSPO at x1, lags 1, 8, 32, 300 steps, 8 seeds")
     common(e2)
     e2.set_defaults(fn=cmd_e2)
-    j = sub.add_parser("judge", help="classification.md, then e1.md, e2.md and judgement.json")
+    e3 = sub.add_parser("e3", help="the same pairs on the program task at x1, lag 8, 300 steps, 5 seeds")
+    common(e3)
+    e3.set_defaults(fn=cmd_e3)
+    j = sub.add_parser("judge", help="classification.md, then e1.md, e2.md, e3.md and judgement.json")
     common(j, runs=False)
     j.set_defaults(fn=cmd_judge)
     return p
