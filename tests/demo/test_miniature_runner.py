@@ -62,6 +62,32 @@ def test_e2_and_stage2_plans():
     assert s2.seeds == 5 and s2.steps == 1500
 
 
+def test_e3_plan_is_the_preregistered_program_cell():
+    pairs, lag0 = M.e3_plan()
+    argv = pairs.demo_args(M.Path("/o"), _opts())
+    assert _flag(argv, "--task") == "program" and _flag(argv, "--lags") == "8" and _flag(argv, "--seeds") == "5"
+    assert _flag(argv, "--methods") == "vanilla,gspo,sat,sat_gspo" and _flag(argv, "--steps") == "300"
+    assert _flag(argv, "--lr-mults") == "1" and "--lr-warmup" not in argv
+    argv = lag0.demo_args(M.Path("/o"), _opts())
+    assert _flag(argv, "--prefetch") == "0" and _flag(argv, "--lags") == "1" and _flag(argv, "--seeds") == "2"
+
+
+def test_e3_is_judged_apart_from_e2(tmp_path):
+    """The program task's pairs get their own cells, table and verdicts; E2's addition pairs are not mixed in."""
+    runs = []
+    for s in range(5):
+        runs.append(("vanilla", 8, s, _evals(300, _flat), _hist(300, BASE_Q, lambda _s: 0.01)))
+        runs.append(("sat", 8, s, _evals(300, lambda _s, s=s: 0.4 + 0.02 + 0.001 * s), _hist(300, M.CLIP, _flat)))
+    _write(tmp_path, "e3/pairs", M.PROGRAM_PAIRS, "program", 1.0, runs)
+    _write(tmp_path, "e2/pairs", M.PAIRS, "addition", 1.0, [("vanilla", 8, 0, _evals(300, _flat), [])])
+    v = M.judge(tmp_path)
+    assert M.CellKey("E3", "program", 1.0, 8, "vanilla") in M.classify_cells(M.load_runs(tmp_path))
+    assert v["E3"]["vanilla/lag8"]["verdict"] == P.BETTER and v["E3"]["vanilla/lag8"]["class"] == P.ACTIVE
+    assert "vanilla/lag8" not in v["E2"]  # E2's lone base has no SAT pair
+    e3 = (tmp_path / "e3.md").read_text()
+    assert "4c636ca" in e3 and "9918233" in e3 and "| 8 | SAT-active |" in e3
+
+
 def _evals(steps, value):
     return [[s, value(s)] for s in range(0, steps + 1, 25)]
 
