@@ -76,8 +76,6 @@ def verl_modes():
         for over in ("wait", "drop"):
             block = {"mode": "bounded", "max_lag": lag, "over_bound": over}
             out.append(Mode(f"bounded{lag}-{over}", Variant(f"bounded{lag}-{over}", "sat", block), 1, lag + 1))
-            name = f"bounded{lag}-{over}-ahead"  # verl's dispatch order (trainer.v1.sat_ext.dispatch=ahead)
-            out.append(Mode(name, Variant(name, "sat", block, dispatch="ahead"), 1, lag + 1))
     return {m.name: m for m in out}
 
 

@@ -50,7 +50,6 @@ class Variant:
     denominator: str = "rollout"
     forced_evictions: bool = False  # a straggler over the bound and a failed rollout
     spill_kept_weights: bool = False  # the kept versions in files (trainer.v1.sat_ext.kept_weights_dir)
-    dispatch: str | None = None  # bounded mode: trainer.v1.sat_ext.dispatch (None: its default, after_sample)
 
     @property
     def separate_rollout(self) -> bool:
@@ -160,7 +159,6 @@ def _lag(variant: Variant, kept_weights: Path | None) -> list[str]:
         train_batch_size=BATCH,
         denominator=variant.denominator,
         kept_weights_dir=str(kept_weights) if variant.spill_kept_weights else None,
-        dispatch=variant.dispatch,
     )
     return out + ["actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1"]
 

@@ -157,7 +157,6 @@ def verl_overrides(
     eval_every: int | None = None,
     denominator: str | None = None,
     kept_weights_dir: str | None = None,
-    dispatch: str | None = None,
 ) -> list[str]:
     """Hydra overrides for verl's ``ppo_trainer`` config that implement ``lag``.
 
@@ -170,8 +169,6 @@ def verl_overrides(
         versions): the rollout engine's log-probs.
     kept_weights_dir: with the checkpoint denominator, keep the weights of past broadcasts in files in this local
         folder (on every training node) instead of host memory (one write per broadcast, one read per restore).
-    dispatch: bounded mode's dispatch of each step's new prompts (:data:`DISPATCH_KEY`; None: the default,
-        ``after_sample``).
     """
     cfg = lag if isinstance(lag, LagConfig) else LagConfig.from_dict(lag)
     if cfg.mode == "off":
@@ -215,9 +212,6 @@ def verl_overrides(
                 "kept_weights_dir", kept_weights_dir, "needs the checkpoint denominator (none is kept)"
             )
         out.append(f"+{KEPT_WEIGHTS_DIR_KEY}={kept_weights_dir}")
-    if dispatch is not None:
-        check_dispatch(dispatch, cfg)
-        out.append(f"+{DISPATCH_KEY}={dispatch}")
     check_verl_lag(cfg, VerlSchedule(TRAINER_MODE, sync_every, warmup, sync_every * train_batch_size, train_batch_size))
     return out
 
@@ -283,37 +277,6 @@ def kept_weights_spill_dir(config: Any) -> str | None:
     return None if value in (None, "") else str(value)
 
 
-DISPATCH_KEY = "trainer.v1.sat_ext.dispatch"
-DISPATCHES = ("after_sample", "ahead")
-
-
-def check_dispatch(value: Any, lag: LagConfig) -> str:
-    """``trainer.v1.sat_ext.dispatch`` (bounded mode only), checked: the value, or the default ``after_sample``.
-
-    ``after_sample`` (the default): each step's new prompts go to the rollout once the trainer has taken the step's
-    batch, so the batch it waits for has the engine to itself. ``ahead`` (verl's order, trainer_base.py
-    ``prepare_step``): they go before the trainer waits, and an engine that serves both at once finishes the
-    awaited batch later (docs/lag.md, "What lag buys"). Both keep every lag within ``lag.max_lag``.
-    """
-    if value is None:
-        return DISPATCHES[0]
-    if value not in DISPATCHES:
-        raise LagConfigError(DISPATCH_KEY, value, f"must be one of {'|'.join(DISPATCHES)}")
-    if lag.mode != "bounded":
-        raise LagConfigError(
-            DISPATCH_KEY,
-            value,
-            f"applies only to lag.mode=bounded (mode is {lag.mode!r}): interval mode dispatches each window after "
-            "its broadcast",
-        )
-    return str(value)
-
-
-def dispatch_of(config: Any, lag: LagConfig) -> str:
-    """The checked ``trainer.v1.sat_ext.dispatch`` of a composed config (:func:`check_dispatch`)."""
-    return check_dispatch(_get(config, DISPATCH_KEY), lag)
-
-
 def uses_bypass(config: Any) -> bool:
     """Whether ``algorithm.rollout_correction.bypass_mode`` makes the rollout log-probs the ratio's denominator."""
     return bool(_get(config, "algorithm.rollout_correction.bypass_mode", False))
@@ -364,8 +327,7 @@ def check_verl_config(config: Any) -> dict[str, Any]:
     newer weights, so a batch would mix versions), lag.mode=bounded without bypass mode (its batches mix
     versions, so no single checkpoint's log-probs exist), and ``algorithm.rollout_correction.rollout_is`` (TIS)
     where verl would silently compute no weights (bypass mode, or no rollout log-probs), and a relative or
-    useless ``trainer.v1.sat_ext.kept_weights_dir``, and a ``trainer.v1.sat_ext.dispatch`` outside bounded mode or
-    not one of its values. With bounded mode, DAPO's ``filter_groups`` metric is forwarded to
+    useless ``trainer.v1.sat_ext.kept_weights_dir``. With bounded mode, DAPO's ``filter_groups`` metric is forwarded to
     the sampler (returned as ``{FILTER_KEY: ...}``), which verl does not do for a custom sampler.
     """
     mode = _get(config, "trainer.v1.trainer_mode")
@@ -416,7 +378,6 @@ def check_verl_config(config: Any) -> dict[str, Any]:
             else "must be an absolute path (the actor ranks may run on other nodes)"
         )
         raise LagConfigError(KEPT_WEIGHTS_DIR_KEY, spill, why)
-    dispatch_of(config, lag)
     if lag.mode == "bounded" and not uses_bypass(config):
         raise LagConfigError(
             "algorithm.rollout_correction.bypass_mode",

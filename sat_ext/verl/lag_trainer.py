@@ -16,9 +16,6 @@ Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOT
 3. Every dispatch of prompts to the rollout is noted in the sampler, which takes batches in that order
    (:meth:`~sat_ext.verl.lag_sampler.SATLagReplayBuffer.note_dispatched`): an engine that serves requests first come,
    first served then finishes the batch the trainer needs next first.
-4. Bounded mode, ``trainer.v1.sat_ext.dispatch=after_sample`` (the default): the step's new prompts, which verl
-   dispatches in ``prepare_step`` before the trainer waits for its batch, are held until that batch is taken, so
-   the batch the trainer waits for has the rollout to itself (``ahead``: verl's order).
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ from sat_ext.lag.config import LagConfig
 
 from ._upstream import TrainerSeam
 from .kept_weights import KeptWeightsWorker
-from .lag_overrides import TRAINER_MODE, dispatch_of, kept_weights_spill_dir, uses_bypass
+from .lag_overrides import TRAINER_MODE, kept_weights_spill_dir, uses_bypass
 from .prepared import prepared_lag
 
 logger = logging.getLogger(__name__)
@@ -171,9 +168,6 @@ class SATSeparateAsyncTrainer(TrainerSeam):
         super().__init__(config)
         self.bypass = uses_bypass(config)
         self.broadcast_weights = BroadcastWeights(self.lag, kept_weights_spill_dir(config))
-        self.defer_dispatch = self.lag.mode == "bounded" and dispatch_of(config, self.lag) == "after_sample"
-        self._before_sample = False  # between on_step_begin and the step's first sample: prepare_step's dispatch
-        self._held: list = []  # the batches prepare_step dispatched, held until the step's batch is taken
 
     def on_step_end(self):
         drained: dict = {}
@@ -185,28 +179,9 @@ class SATSeparateAsyncTrainer(TrainerSeam):
 
     def submit_batch_to_rollout(self, batch) -> int:
         """verl's dispatch, with the order noted in the sampler: batches are taken in the order their prompts reached
-        the rollout, so a rollout that serves first come, first served finishes first the batch needed first.
-        With :attr:`defer_dispatch`, ``prepare_step``'s batch is held until the step's batch is taken (the warm-up
-        and the refills of evicted groups go at once)."""
-        if self.defer_dispatch and self._before_sample:
-            self._held.append(batch)
-            return len(batch)
+        the rollout, so a rollout that serves first come, first served finishes first the batch needed first."""
         self.replay_buffer.note_dispatched([str(uid) for uid in batch["uid"]])
         return super().submit_batch_to_rollout(batch)
-
-    def on_step_begin(self):
-        super().on_step_begin()
-        self._before_sample = True
-
-    def on_sample_begin(self):
-        self._before_sample = False
-        super().on_sample_begin()
-
-    def on_sample_end(self):
-        super().on_sample_end()
-        held, self._held = self._held, []
-        for batch in held:
-            self.submit_batch_to_rollout(batch)
 
     def reissue_inflight_prompts(self, partition_id: str = "train") -> int:
         """On resume, verl re-generates the checkpoint's pending and running groups on the current weights; in

@@ -22,12 +22,10 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import get_trainer_cls  # noqa: E402
-from verl.trainer.ppo.v1.trainer_separate_async import HybridEngineMode  # noqa: E402
 
 from sat_ext.lag import LagConfig, LagConfigError  # noqa: E402
 from sat_ext.lag.schedule import scheduled_version  # noqa: E402
 from sat_ext.runlog import Expectation, Record, check_lag_schedule  # noqa: E402
-from sat_ext.verl._upstream import TrainerSeam  # noqa: E402
 from sat_ext.verl.lag_overrides import BASE_MODE, TRAINER_MODE, verl_overrides  # noqa: E402
 from sat_ext.verl.lag_sampler import SATLagReplayBuffer  # noqa: E402
 from sat_ext.verl.lag_trainer import SATSeparateAsyncTrainer, batch_version, kept_versions  # noqa: E402
@@ -292,47 +290,6 @@ def test_verl_submits_the_prefetch_the_lag_block_asks_for_and_refills_one_group(
     warmup, refilled = _warmup_and_refill(lag, 4, tiny_assets, ["data.gen_batch_size=32"])
     ahead = lag.prefetch if lag.mode == "interval" else lag.max_lag
     assert sum(warmup) == ahead * 4 and refilled == 1
-
-
-@pytest.mark.parametrize("dispatch", [None, "after_sample", "ahead"])
-def test_bounded_mode_dispatches_the_steps_prompts_after_its_batch_is_taken(
-    transfer_queue, tiny_assets, monkeypatch, dispatch
-):
-    """verl's own fit hooks on the real trainer: the warm-up and a refill during the sample go to the rollout at once;
-    prepare_step's batch goes before the trainer waits (``ahead``, verl's order) or once the step's batch is taken
-    (``after_sample``, the default), so the batch the trainer waits for has the rollout to itself."""
-    lag = LagConfig(mode="bounded", max_lag=1)
-    trainer = get_trainer_cls(TRAINER_MODE)(_compose(verl_overrides(lag, 4, dispatch=dispatch) + tiny_assets))
-    trainer._init_tokenizer()
-    trainer._init_dataloader()
-    trainer.global_steps, trainer._restored_tq_prompt_count = 1, 0
-    trainer._init_hybrid_rollout_state()  # what verl's _setup does beside building the workers
-    trainer.current_mode = HybridEngineMode.TRAINER
-    sent: list[int] = []
-    monkeypatch.setattr(
-        TrainerSeam, "submit_batch_to_rollout", lambda self, batch: sent.append(len(batch)) or len(batch)
-    )
-    trainer.on_train_begin()
-    assert sent == [4]  # the warm-up: max_lag batches of 4 prompts
-    trainer.on_step_begin()
-    trainer.prepare_step()
-    held = dispatch != "ahead"
-    assert sent == ([4] if held else [4, 4])
-    trainer.on_sample_begin()
-    trainer._add_prompts_to_generate(1)  # a refill while the trainer waits: never held
-    assert sent == ([4, 1] if held else [4, 4, 1])
-    trainer.on_sample_end()
-    assert sent == ([4, 1, 4] if held else [4, 4, 1])
-
-
-def test_dispatch_is_a_bounded_mode_setting():
-    interval = LagConfig(mode="interval", interval=2, prefetch=1)
-    with pytest.raises(LagConfigError, match=r"^trainer\.v1\.sat_ext\.dispatch applies only to lag\.mode=bounded"):
-        verl_overrides(interval, 4, dispatch="ahead")
-    with pytest.raises(LagConfigError, match=r"^trainer\.v1\.sat_ext\.dispatch must be one of after_sample\|ahead"):
-        verl_overrides(LagConfig(mode="bounded", max_lag=1), 4, dispatch="later")
-    with pytest.raises(LagConfigError, match=r"^trainer\.v1\.sat_ext\.dispatch applies only"):  # a hand-set key
-        prepare_verl_config(_user_config(verl_overrides(interval, 4) + ["+trainer.v1.sat_ext.dispatch=after_sample"]))
 
 
 @pytest.mark.parametrize("n,p,batch", [(11, 3, 5), (5, 7, 9), (3, 13, 9), (49, 1, 8)])
