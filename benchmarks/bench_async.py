@@ -1,6 +1,7 @@
 """What lag buys: every lag mode against synchronous training in verl's (or OpenRLHF's) own loop on the CPU.
 
     python benchmarks/bench_async.py --framework verl --steps 8 --out DIR [--modes sync,interval2,...] [--no-pin]
+    python benchmarks/bench_async.py --framework verl --verl-retry-sleep 0.05 ...   # what verl's 1 s retry costs
 
 Every mode runs the smoke's setup (a tiny random Qwen3, 4 prompts x 4 samples per optimizer step, SAT, GRPO
 advantages; :mod:`sat_ext.smoke.verl_variants`, :mod:`sat_ext.smoke.openrlhf_variants`) with the same settings and
@@ -296,7 +297,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin the two sides to one core each")
     p.add_argument("--report-only", action="store_true", help="re-read the runs already in --out; run nothing")
+    p.add_argument(
+        "--verl-retry-sleep",
+        type=float,
+        default=None,
+        help="verl: the seconds its rollout client sleeps before resubmitting a request a weight sync aborted (verl's "
+        "1 s; a measurement of what that sleep costs, sat_ext.verl.cpu.upstream.RETRY_SLEEP_ENV)",
+    )
     args = p.parse_args(argv)
+    if args.verl_retry_sleep is not None:
+        if args.framework != "verl" or args.verl_retry_sleep < 0:
+            p.error(f"--verl-retry-sleep {args.verl_retry_sleep}: seconds >= 0, with --framework verl only")
+        from sat_ext.verl.cpu.upstream import RETRY_SLEEP_ENV
+
+        os.environ[RETRY_SLEEP_ENV] = str(args.verl_retry_sleep)  # every run's process tree inherits it
     modes = verl_modes() if args.framework == "verl" else openrlhf_modes()
     names = args.modes.split(",") if args.modes else list(modes)
     unknown = [n for n in names if n not in modes]
@@ -315,7 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         kv_heads=1,
         max_positions=512,
     )
-    env = environment(torch.device("cpu"), pinned=str(args.pin), response_len=str(args.response_len), model=str(shape))
+    env = environment(
+        torch.device("cpu"),
+        pinned=str(args.pin),
+        response_len=str(args.response_len),
+        model=str(shape),
+        verl_retry_sleep_s="verl's 1" if args.verl_retry_sleep is None else str(args.verl_retry_sleep),
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     results, pins = {}, {}
     kept_pins = _kept(args.out / "bench_async.csv", "pinned_processes") if args.report_only else {}
