@@ -38,8 +38,17 @@ from _common import command_line, env_lines, environment, md_table
 
 ROLLOUT_CORE, TRAINER_CORE = 0, 1
 #: process command-line fragments of each side (Ray names its actor processes ``ray::<Class>.<method>``)
-ROLLOUT_NAMES = ("vllm", "VLLM", "EngineCore", "AgentLoopWorker", "RewardLoopWorker", "RolloutRayActor", "LLMRay")
-TRAINER_NAMES = ("WorkerDict", "TaskRunner", "PolicyModelActor", "ReferenceModelActor", "PPOTrainer")
+ROLLOUT_NAMES = (
+    "vllm",
+    "VLLM",
+    "EngineCore",
+    "AgentLoopWorker",
+    "RewardLoopWorker",
+    "RolloutRayActor",
+    "LLMRay",
+    "GenerateSamplesActor",  # OpenRLHF's generator: drives vLLM and builds the samples (sat_ext's subclass too)
+)
+TRAINER_NAMES = ("WorkerDict", "TaskRunner", "PolicyModelActor", "ReferenceModelActor", "PPOTrainer", "TrainingActor")
 
 
 @dataclass(frozen=True)
