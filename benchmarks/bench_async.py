@@ -105,6 +105,14 @@ def openrlhf_modes():
 # ------------------------------------------------------------------------------------------------ pinning
 
 
+def core_of(process_text: str) -> int | None:
+    """The core a process belongs on, from its command line and name: the rollout's first, then the trainer's;
+    None for a process of neither side (Ray's own, this script)."""
+    if any(n in process_text for n in ROLLOUT_NAMES):
+        return ROLLOUT_CORE
+    return TRAINER_CORE if any(n in process_text for n in TRAINER_NAMES) else None
+
+
 class Pinner(threading.Thread):
     """Pins, every ``period`` seconds, each thread of the rollout's processes to :data:`ROLLOUT_CORE` and the
     trainer's to :data:`TRAINER_CORE` (new processes and threads included); counts the processes it pinned."""
@@ -119,9 +127,7 @@ class Pinner(threading.Thread):
         while not self.stop.wait(self.period):
             for proc in psutil.process_iter(["pid", "cmdline", "name"]):
                 text = " ".join(proc.info["cmdline"] or []) + " " + (proc.info["name"] or "")
-                core = ROLLOUT_CORE if any(n in text for n in ROLLOUT_NAMES) else None
-                if core is None and any(n in text for n in TRAINER_NAMES):
-                    core = TRAINER_CORE
+                core = core_of(text)
                 if core is None:
                     continue
                 try:

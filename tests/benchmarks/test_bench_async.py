@@ -1,0 +1,39 @@
+"""benchmarks/bench_async.py: which process goes to which core, and its measurement switch's checks."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+
+import bench_async as B  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "text,core",
+    [
+        ("ray::LagGenerateSamplesActor.fit", B.ROLLOUT_CORE),  # OpenRLHF's generator (sat_ext's subclass)
+        ("ray::GenerateSamplesActor.fit", B.ROLLOUT_CORE),
+        ("ray::LLMRayActor.generate", B.ROLLOUT_CORE),
+        ("VLLM::EngineCore", B.ROLLOUT_CORE),
+        ("ray::AgentLoopWorker.generate_sequences", B.ROLLOUT_CORE),
+        ("ray::LagTrainingActor.fit", B.TRAINER_CORE),  # OpenRLHF's trainer loop
+        ("ray::PPOTrainerAsync.fit", B.TRAINER_CORE),
+        ("ray::PolicyModelActor.fit", B.TRAINER_CORE),
+        ("ray::WorkerDict.actor_rollout_update_actor", B.TRAINER_CORE),
+        ("ray::TaskRunner.run", B.TRAINER_CORE),
+        ("/usr/bin/python ray/_private/gcs_server", None),
+        ("python benchmarks/bench_async.py --framework verl", None),
+    ],
+)
+def test_each_side_gets_its_core(text, core):
+    assert B.core_of(text) == core
+
+
+@pytest.mark.parametrize("argv", [["--framework", "openrlhf"], ["--framework", "verl"]])
+def test_the_retry_sleep_switch_is_verl_only_and_non_negative(argv, tmp_path, capsys):
+    sleep = "0.05" if argv[1] == "openrlhf" else "-1"
+    with pytest.raises(SystemExit):
+        B.main([*argv, "--verl-retry-sleep", sleep, "--out", str(tmp_path)])
+    assert "--verl-retry-sleep" in capsys.readouterr().err
