@@ -4,9 +4,8 @@ verl's ``PolicyLossConfig`` rejects unknown keys, so SAT's knobs are fields of a
 :class:`SATPolicyLossConfig`, named ``sat_<SATConfig field>`` and set from Hydra as
 ``+actor_rollout_ref.actor.policy_loss.sat_<name>=...``. The clip radii and the dual-clip constant stay verl's
 own (``actor.clip_ratio_low/high``, ``clip_ratio_c``). Bad values fail when verl builds the config (driver
-``validate_config`` and each worker's ``init_model``). Importing this module registers the losses (it imports
-:mod:`sat_ext.verl.loss` last), so the ``_target_`` (which Hydra imports in every process that builds an
-ActorConfig) and the ``verl.plugins`` entry point both do.
+``validate_config`` and each worker's ``init_model``). Importing it registers the losses, as importing any module of
+:mod:`sat_ext.verl` does (the package imports :mod:`sat_ext.verl.loss`).
 """
 
 from __future__ import annotations
@@ -113,7 +112,3 @@ def _resolve(actor_config: Any, loss: str) -> SATConfig:
     dual = actor_config.get("clip_ratio_c", 3.0) if loss == "sat" else None
     radii = {"eps_low": low, "eps_high": high, "dual_clip": dual}
     return SATConfig.from_mapping({**radii, **knobs}, key_of=lambda n: _VERL_KEYS.get(n) or knob_key(n))
-
-
-# Registration: the _target_ above is what Hydra imports in every process that builds an ActorConfig.
-import sat_ext.verl.loss  # noqa: E402,F401

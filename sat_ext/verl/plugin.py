@@ -7,9 +7,6 @@ first written to stderr with its traceback, then re-raised. ``sat-ext doctor`` c
 
 from __future__ import annotations
 
-import sys
-import traceback
-
 try:
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
@@ -24,9 +21,7 @@ try:
     if _cpu.requested():
         _cpu.activate()
 except Exception:
-    sys.stderr.write(
-        "sat_ext: FAILED to register the SAT policy losses with verl (verl hides plugin errors at DEBUG).\n"
-        "Set VERL_USE_EXTERNAL_MODULES=sat_ext.verl.plugin to make verl raise, or run `sat-ext doctor`.\n"
-        + traceback.format_exc()
-    )
+    from sat_ext.verl import report_failure  # a failure inside the package's import has reported itself
+
+    report_failure()
     raise
