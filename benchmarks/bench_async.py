@@ -320,9 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         "1 s; a measurement of what that sleep costs, sat_ext.verl.cpu.upstream.RETRY_SLEEP_ENV)",
     )
     args = p.parse_args(argv)
-    args.out = (
-        args.out.resolve()
-    )  # the runs' configs name the model folder in it; verl reads a relative one as a hub id
+    # the runs' configs name the model folder in it; verl reads a relative path as a hub id
+    args.out = args.out.resolve()
     if args.verl_retry_sleep is not None:
         if args.framework != "verl" or args.verl_retry_sleep < 0:
             p.error(f"--verl-retry-sleep {args.verl_retry_sleep}: seconds >= 0, with --framework verl only")
