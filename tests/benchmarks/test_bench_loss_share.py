@@ -7,6 +7,7 @@ import os
 import sys
 
 import pytest
+import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
 import _common as C  # noqa: E402
@@ -25,7 +26,16 @@ TINY = dict(
 )
 
 
-def test_the_share_of_each_loss_in_a_model_step(tmp_path, monkeypatch):
+@pytest.fixture
+def own_process_group():
+    """The script opens a one-rank gloo group in this process; close it so later tests see none."""
+    had = dist.is_initialized()
+    yield
+    if dist.is_initialized() and not had:
+        dist.destroy_process_group()
+
+
+def test_the_share_of_each_loss_in_a_model_step(tmp_path, monkeypatch, own_process_group):
     monkeypatch.setitem(S.MODELS, "tiny", TINY)
     monkeypatch.setattr(C, "RESULTS", tmp_path)
     S.main(["--model", "tiny", "--layers", "1", "--sizes", "64", "--reps", "2", "--device", "cpu", "--stem", "s"])
