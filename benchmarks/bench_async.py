@@ -15,7 +15,8 @@ trainer's (verl's FSDP workers and TaskRunner, OpenRLHF's DeepSpeed actors) to c
 Per mode, at steady state (the global steps after the first lag window), from the framework's own step log:
 seconds per optimizer step (median, min, max), the trainer's wait for samples, the rollout's wait for weights
 (OpenRLHF: measured; verl, whose rollout reports no idle time: the step less G), the weight-sync time, the
-kept-weights copy / restore time (verl, checkpoint denominator), tokens per second, the speedup over the
+kept-weights copy / restore time (verl, checkpoint denominator), tokens per second, for verl where the two cores
+went (:mod:`_cpu_ledger`: each side's CPU and run-queue seconds per step, and the cores busy), the speedup over the
 synchronous separate run, and the limit ratio: that speedup divided by the pipeline's limit
 (G + T) / max(G, T), with G (generating one batch) and T (one optimizer step) measured in the synchronous
 separate run of the same invocation. Output: ``DIR/bench_async.csv`` (long format: framework, mode, metric,
@@ -35,8 +36,10 @@ from pathlib import Path
 
 import torch
 from _common import command_line, env_lines, environment, md_table
+from _cpu_ledger import CpuLedger
 
 ROLLOUT_CORE, TRAINER_CORE = 0, 1
+SIDES = ("rollout", "trainer", "other")
 #: process command-line fragments of each side (Ray names its actor processes ``ray::<Class>.<method>``)
 ROLLOUT_NAMES = (
     "vllm",
@@ -162,13 +165,69 @@ def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, p
     pinner = Pinner() if pin else None
     if pinner:
         pinner.start()
+    # verl's file logger writes one unbuffered line per logged step; OpenRLHF's loops have no such count
+    ledger = (
+        CpuLedger(lambda: _lines(folder / "metrics.jsonl"), mode.warmup, total, 0.5) if framework == "verl" else None
+    )
+    if ledger:
+        ledger.start()
     print(f"[bench_async] {framework} {mode.name}: {total} steps ...", flush=True)
     result = run(argv, env, folder / "console.log", 3600, cwd=folder)
     if pinner:
         pinner.stop.set()
+    if ledger:
+        ledger.stop.set()
+        ledger.join()
+        _write_ledger(folder / LEDGER, *ledger.spent())
     records = _records(framework, folder)
     print(f"[bench_async] {framework} {mode.name}: exit {result.returncode} in {result.seconds:.0f} s", flush=True)
     return records, (pinner.pinned if pinner else {})
+
+
+def _lines(path: Path) -> int:
+    """Lines in ``path`` so far (0 before it exists)."""
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+#: each verl run's CPU ledger: wall seconds of the steady window and, per process label, CPU and run-queue seconds
+LEDGER = "cpu_ledger.json"
+
+
+def _write_ledger(path: Path, wall: float, spent) -> None:
+    import json
+
+    labels = {k: {"cpu_s": v.cpu_s, "runq_s": v.wait_s, "side": _side(k)} for k, v in sorted(spent.items())}
+    path.write_text(json.dumps({"window_s": wall, "labels": labels}, indent=1) + "\n")
+
+
+def _side(label: str) -> str:
+    """A process label's side: ``rollout`` or ``trainer`` (by :func:`core_of`), else ``other``."""
+    return {ROLLOUT_CORE: "rollout", TRAINER_CORE: "trainer"}.get(core_of(label), "other")
+
+
+def cpu_stats(folder: Path, sec_per_step: float) -> dict[str, float]:
+    """Per optimizer step in the steady window (rates times the mode's mean seconds per step): each side's CPU
+    seconds (``cpu_<side>_s``) and run-queue wait (``runq_<side>_s``), and ``cores_busy``, the CPU seconds of all
+    sides per wall second (at most 2 on this machine). Empty when the run kept no ledger or its window was empty."""
+    import json
+
+    path = folder / LEDGER
+    if not path.exists():
+        return {}
+    kept = json.loads(path.read_text())
+    wall = kept["window_s"]
+    if wall <= 0:
+        return {}
+    out = {f"{kind}_{side}_s": 0.0 for kind in ("cpu", "runq") for side in ("rollout", "trainer", "other")}
+    for spent in kept["labels"].values():
+        out[f"cpu_{spent['side']}_s"] += spent["cpu_s"] * sec_per_step / wall
+        out[f"runq_{spent['side']}_s"] += spent["runq_s"] * sec_per_step / wall
+    out["cores_busy"] = sum(s["cpu_s"] for s in kept["labels"].values()) / wall
+    return out
 
 
 def _variants(framework: str):
@@ -365,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
             run = _run(args.framework, modes[name], args.out, args.steps, args.response_len, args.pin, shape)
             records, pinned = run[0], len(run[1])
         results[name], pins[name] = stats(args.framework, modes[name], records), pinned
+        if results[name]:
+            results[name].update(cpu_stats(args.out / name, results[name]["sec_per_step_mean"]))
     gen, train, limit = pipeline(results, base)
     rows = []
     for name, r in results.items():
@@ -465,9 +526,59 @@ def _write(args, env, rows, results, pipe, argv) -> None:
         "",
         table,
         "",
+        *_cores_section(results),
     ]
     (args.out / "bench_async.md").write_text("\n".join(text))
     _plot(args.out / "bench_async.png", results, args.framework)
+
+
+def _cores_section(results: dict[str, dict[str, float]]) -> list[str]:
+    """The CPU ledger's table (verl runs only): where the two cores went per optimizer step."""
+    rows = [(n, r) for n, r in results.items() if r and "cores_busy" in r]
+    if not rows:
+        return []
+    base = dict(rows).get("sync-separate")
+    base_cpu = sum(base[f"cpu_{s}_s"] for s in SIDES) if base else float("nan")
+    header = [
+        "mode",
+        "s / step (mean)",
+        "cores busy (of 2)",
+        *(f"CPU s: {s}" for s in SIDES),
+        "CPU s: all",
+        "all / sync-separate",
+        "run-queue s: rollout",
+        "run-queue s: trainer",
+    ]
+    table = md_table(
+        header,
+        [
+            (
+                name,
+                f"{r['sec_per_step_mean']:.3f}",
+                f"{r['cores_busy']:.2f}",
+                *(f"{r[f'cpu_{s}_s']:.3f}" for s in SIDES),
+                f"{sum(r[f'cpu_{s}_s'] for s in SIDES):.3f}",
+                f"{sum(r[f'cpu_{s}_s'] for s in SIDES) / base_cpu:.2f}",
+                f"{r['runq_rollout_s']:.3f}",
+                f"{r['runq_trainer_s']:.3f}",
+            )
+            for name, r in rows
+        ],
+    )
+    return [
+        "## Where the two cores went",
+        "",
+        "Per optimizer step over each run's steady window, from Linux's per-thread schedstat"
+        f" (`benchmarks/_cpu_ledger.py`; each run's folder keeps `{LEDGER}`, per process): CPU seconds of the"
+        " rollout's processes, the trainer's,"
+        " and all others (Ray's, the driver's, this script's), and run-queue seconds, the time a side's threads were"
+        " ready to run while their core ran something else. Cores busy: CPU seconds per wall second. A mode whose"
+        " cores are busy near 2 is bound by the work itself: to go faster it must do less per step, and the column"
+        " all / sync-separate says how much more it does than the synchronous run.",
+        "",
+        table,
+        "",
+    ]
 
 
 def _plot(path: Path, results, framework: str) -> None:
