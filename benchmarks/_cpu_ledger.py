@@ -5,7 +5,8 @@ A thread's run-queue wait is time it was ready to run while other threads held t
 pinned to one core, the time other work took from it. :class:`CpuLedger` samples every descendant of this process
 (and this process) once per ``period`` and keeps two snapshots: the first taken once the run has logged
 ``start_steps`` steps, and the last taken before it logged ``end_steps`` (both counted by ``steps_done``), so the
-window lies inside the steady state; :func:`window` turns the pair into seconds per label.
+window lies inside the steady state; :func:`window` turns the pair into seconds per label and :func:`core_busy` into
+each core's busy share (from ``/proc/stat``, every process on the machine: run nothing else beside a measurement).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: (pid, tid) -> (label, cpu_ns, runqueue_wait_ns)
@@ -23,11 +24,13 @@ Threads = dict[tuple[int, int], tuple[str, int, int]]
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Every sampled thread's counters at wall time ``t`` (``time.monotonic``), with the run's logged ``steps``."""
+    """Every sampled thread's counters at wall time ``t`` (``time.monotonic``), with the run's logged ``steps``, and
+    each core's (busy, total) jiffies from ``/proc/stat``."""
 
     t: float
     steps: int
     threads: Threads
+    cores: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,28 @@ def thread_times(pid: int) -> dict[int, tuple[int, int]]:
     return out
 
 
+def core_jiffies(stat: str | None = None) -> dict[int, tuple[int, int]]:
+    """core -> (busy, total) jiffies since boot, from ``/proc/stat`` (idle and iowait are not busy)."""
+    text = Path("/proc/stat").read_text() if stat is None else stat
+    out = {}
+    for line in text.splitlines():
+        name, *fields = line.split()
+        if not (name.startswith("cpu") and name[3:].isdigit()):
+            continue
+        ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+        out[int(name[3:])] = (sum(ticks) - ticks[3] - ticks[4], sum(ticks))
+    return out
+
+
+def core_busy(a: Snapshot, b: Snapshot) -> dict[int, float]:
+    """Each core's busy share of the time between ``a`` and ``b`` (0 to 1)."""
+    out = {}
+    for core, (busy1, total1) in b.cores.items():
+        busy0, total0 = a.cores.get(core, (0, 0))
+        out[core] = (busy1 - busy0) / (total1 - total0) if total1 > total0 else float("nan")
+    return out
+
+
 def snapshot(steps: int, me: str = "this script") -> Snapshot:
     """Counters of this process (labelled ``me``) and of all its descendants, now."""
     import psutil
@@ -81,7 +106,7 @@ def snapshot(steps: int, me: str = "this script") -> Snapshot:
             continue
         for tid, (cpu, wait) in thread_times(proc.pid).items():
             threads[(proc.pid, tid)] = (label, cpu, wait)
-    return Snapshot(time.monotonic(), steps, threads)
+    return Snapshot(time.monotonic(), steps, threads, core_jiffies())
 
 
 def window(a: Snapshot, b: Snapshot) -> dict[str, Spent]:
@@ -120,8 +145,9 @@ class CpuLedger(threading.Thread):
             else:
                 self.last = snap
 
-    def spent(self) -> tuple[float, dict[str, Spent]]:
-        """(the window's wall seconds, seconds per label); (0, {}) when the window has fewer than two samples."""
+    def spent(self) -> tuple[float, dict[str, Spent], dict[int, float]]:
+        """(the window's wall seconds, seconds per label, each core's busy share); (0, {}, {}) when the window has
+        fewer than two samples."""
         if self.first is None or self.last is None:
-            return 0.0, {}
-        return self.last.t - self.first.t, window(self.first, self.last)
+            return 0.0, {}, {}
+        return self.last.t - self.first.t, window(self.first, self.last), core_busy(self.first, self.last)

@@ -157,6 +157,9 @@ def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, p
     if not (model / "config.json").exists():
         write_model(model, shape)
     total = steps + mode.warmup
+    # a rerun into the same folder: the ledger counts this run's lines, and the logger appends after a resume
+    for stale in (folder / "metrics.jsonl", folder / LEDGER):
+        stale.unlink(missing_ok=True)
     cmd = fw.prepare(mode.variant, folder, model, total, "cpu", out)
     argv = _longer(framework, list(cmd.argv), response_len)
     env = {**cmd.env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -178,7 +181,10 @@ def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, p
     if ledger:
         ledger.stop.set()
         ledger.join()
-        _write_ledger(folder / LEDGER, *ledger.spent())
+        wall, spent, cores = ledger.spent()
+        if wall <= 0:
+            print(f"[bench_async] {mode.name}: the CPU ledger's steady window had under two samples", flush=True)
+        _write_ledger(folder / LEDGER, wall, spent, cores)
     records = _records(framework, folder)
     print(f"[bench_async] {framework} {mode.name}: exit {result.returncode} in {result.seconds:.0f} s", flush=True)
     return records, (pinner.pinned if pinner else {})
@@ -197,11 +203,12 @@ def _lines(path: Path) -> int:
 LEDGER = "cpu_ledger.json"
 
 
-def _write_ledger(path: Path, wall: float, spent) -> None:
+def _write_ledger(path: Path, wall: float, spent, cores: dict[int, float]) -> None:
     import json
 
     labels = {k: {"cpu_s": v.cpu_s, "runq_s": v.wait_s, "side": _side(k)} for k, v in sorted(spent.items())}
-    path.write_text(json.dumps({"window_s": wall, "labels": labels}, indent=1) + "\n")
+    kept = {"window_s": wall, "core_busy": {str(c): b for c, b in sorted(cores.items())}, "labels": labels}
+    path.write_text(json.dumps(kept, indent=1) + "\n")
 
 
 def _side(label: str) -> str:
@@ -211,8 +218,9 @@ def _side(label: str) -> str:
 
 def cpu_stats(folder: Path, sec_per_step: float) -> dict[str, float]:
     """Per optimizer step in the steady window (rates times the mode's mean seconds per step): each side's CPU
-    seconds (``cpu_<side>_s``) and run-queue wait (``runq_<side>_s``), and ``cores_busy``, the CPU seconds of all
-    sides per wall second (at most 2 on this machine). Empty when the run kept no ledger or its window was empty."""
+    seconds (``cpu_<side>_s``) and run-queue wait (``runq_<side>_s``); ``cores_busy``, the CPU seconds of all
+    sides per wall second (at most 2 on this machine); and the busy share of each side's core
+    (``core_busy_<side>``, every process on it). Empty when the run kept no ledger or its window was empty."""
     import json
 
     path = folder / LEDGER
@@ -227,6 +235,8 @@ def cpu_stats(folder: Path, sec_per_step: float) -> dict[str, float]:
         out[f"cpu_{spent['side']}_s"] += spent["cpu_s"] * sec_per_step / wall
         out[f"runq_{spent['side']}_s"] += spent["runq_s"] * sec_per_step / wall
     out["cores_busy"] = sum(s["cpu_s"] for s in kept["labels"].values()) / wall
+    for core, side in ((ROLLOUT_CORE, "rollout"), (TRAINER_CORE, "trainer")):
+        out[f"core_busy_{side}"] = kept.get("core_busy", {}).get(str(core), float("nan"))
     return out
 
 
@@ -543,6 +553,8 @@ def _cores_section(results: dict[str, dict[str, float]]) -> list[str]:
         "mode",
         "s / step (mean)",
         "cores busy (of 2)",
+        "rollout core busy",
+        "trainer core busy",
         *(f"CPU s: {s}" for s in SIDES),
         "CPU s: all",
         "all / sync-separate",
@@ -556,6 +568,8 @@ def _cores_section(results: dict[str, dict[str, float]]) -> list[str]:
                 name,
                 f"{r['sec_per_step_mean']:.3f}",
                 f"{r['cores_busy']:.2f}",
+                f"{r['core_busy_rollout']:.2f}",
+                f"{r['core_busy_trainer']:.2f}",
                 *(f"{r[f'cpu_{s}_s']:.3f}" for s in SIDES),
                 f"{sum(r[f'cpu_{s}_s'] for s in SIDES):.3f}",
                 f"{sum(r[f'cpu_{s}_s'] for s in SIDES) / base_cpu:.2f}",
@@ -572,9 +586,10 @@ def _cores_section(results: dict[str, dict[str, float]]) -> list[str]:
         f" (`benchmarks/_cpu_ledger.py`; each run's folder keeps `{LEDGER}`, per process): CPU seconds of the"
         " rollout's processes, the trainer's,"
         " and all others (Ray's, the driver's, this script's), and run-queue seconds, the time a side's threads were"
-        " ready to run while their core ran something else. Cores busy: CPU seconds per wall second. A mode whose"
-        " cores are busy near 2 is bound by the work itself: to go faster it must do less per step, and the column"
-        " all / sync-separate says how much more it does than the synchronous run.",
+        " ready to run while their core ran something else (summed over threads: several can wait at once). Cores"
+        " busy: CPU seconds of the run's processes per wall second; rollout / trainer core busy: the share of"
+        " that core's time anything ran on it (/proc/stat). A side whose core is busy near 1 is bound by the work"
+        " on that core, its own and the unpinned processes' that land there; below that, by waiting.",
         "",
         table,
         "",

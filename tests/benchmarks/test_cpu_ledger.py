@@ -64,6 +64,14 @@ def _spent_of(procs, seconds):
     return [per_pid[p.pid] for p in procs]
 
 
+def test_core_jiffies_leave_idle_and_iowait_out():
+    stat = "cpu  9 9 9 9 9 0 0 0 0 0\ncpu0 10 0 5 80 5 0 0 0 0 0\ncpu1 1 2 3 4 5 6 7 8 0 0\nintr 1 2\n"
+    assert L.core_jiffies(stat) == {0: (15, 100), 1: (27, 36)}
+    a = L.Snapshot(0.0, 0, {}, {0: (15, 100)})
+    b = L.Snapshot(1.0, 1, {}, {0: (45, 200)})
+    assert L.core_busy(a, b) == {0: pytest.approx(0.3)}
+
+
 def test_a_busy_child_gains_cpu_time():
     procs = _children([0])
     try:
@@ -94,8 +102,9 @@ def test_the_ledger_samples_only_inside_its_window():
     ledger.join(timeout=10)
     assert not ledger.is_alive()
     assert ledger.first.steps == 3 and ledger.last.steps == 5
-    wall, spent = ledger.spent()
+    wall, spent, cores = ledger.spent()
     assert wall > 0 and "this script" in spent
+    assert set(cores) == set(range(os.cpu_count())) and all(0.0 <= b <= 1.0 for b in cores.values())
 
 
 def test_cpu_stats_scales_rates_to_one_step(tmp_path):
@@ -103,9 +112,11 @@ def test_cpu_stats_scales_rates_to_one_step(tmp_path):
         tmp_path / B.LEDGER,
         4.0,
         {"ray::WorkerDict": L.Spent(2.0, 0.4), "VLLM::EngineCore": L.Spent(3.0, 0.0), "raylet": L.Spent(1.0, 0.2)},
+        {B.ROLLOUT_CORE: 0.9, B.TRAINER_CORE: 0.6},
     )
     got = B.cpu_stats(tmp_path, sec_per_step=2.0)
     assert got["cpu_trainer_s"] == pytest.approx(1.0) and got["runq_trainer_s"] == pytest.approx(0.2)
     assert got["cpu_rollout_s"] == pytest.approx(1.5) and got["cpu_other_s"] == pytest.approx(0.5)
     assert got["cores_busy"] == pytest.approx(1.5)
+    assert got["core_busy_rollout"] == 0.9 and got["core_busy_trainer"] == 0.6
     assert B.cpu_stats(tmp_path / "none", 1.0) == {}
