@@ -1,6 +1,6 @@
 """verl's own training loop with sat_ext inside it, live on this CPU: ``sat-ext smoke verl`` as a user runs it.
 
-One invocation of the real command runs ``sync-sat`` (verl's plain ``main_ppo`` with the README's bypass-mode
+One invocation of the real command runs ``sync-sat`` (verl's plain ``main_ppo`` with docs/verl.md's bypass-mode
 setting) for 4 global steps. The lag trainer with the paper's batch-wise lag and the checkpoint denominator runs in
 CI through ``sat-ext preflight`` on the shipped R3 lag-8 example (tests/preflight/test_preflight_live.py); the
 other smoke variants are kept runs (benchmarks/results/smoke/). Cost: about 2-3 minutes on a 2-core machine.
