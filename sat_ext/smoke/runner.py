@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sat_ext import shm
 from sat_ext.runlog import CheckResult, Record, RunLogError, format_table
 
-SHM = Path("/dev/shm")
 LEFTOVERS = ("psm_", "sat_ext_weights_")
 
 
@@ -43,33 +43,10 @@ class RunResult:
         return self.returncode is None
 
 
-def _shm_names() -> set[str]:
-    return {p.name for p in SHM.iterdir() if p.name.startswith(LEFTOVERS)} if SHM.is_dir() else set()
-
-
-def _in_use() -> set[str]:
-    """Names under /dev/shm that some process has open or mapped (from /proc; empty where unreadable)."""
-    used: set[str] = set()
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            used.update(
-                line.rsplit("/dev/shm/", 1)[1].split()[0]
-                for line in (proc / "maps").read_text().splitlines()
-                if "/dev/shm/" in line
-            )
-            for fd in (proc / "fd").iterdir():
-                target = os.readlink(fd)
-                if target.startswith("/dev/shm/"):
-                    used.add(target[len("/dev/shm/") :].split()[0])
-        except OSError:
-            continue
-    return used
-
-
 def run(argv: list[str], env: dict[str, str], log: Path, timeout_s: float, cwd: Path) -> RunResult:
     """Run ``argv`` with ``env`` added to this environment, stdout and stderr to ``log``; kill the whole process
     group after ``timeout_s`` seconds."""
-    before = _shm_names()
+    before = shm.names(LEFTOVERS)
     start = time.monotonic()
     with open(log, "w") as out:
         out.write("$ " + " ".join(argv) + "\n")
@@ -83,8 +60,8 @@ def run(argv: list[str], env: dict[str, str], log: Path, timeout_s: float, cwd: 
             code = None
         finally:
             _kill_group(proc)
-    for name in _shm_names() - before - _in_use():
-        (SHM / name).unlink(missing_ok=True)
+    for name in shm.leftovers(before, LEFTOVERS):  # the run's own tracker died with it: plain unlink
+        (shm.SHM / name).unlink(missing_ok=True)
     return RunResult(code, time.monotonic() - start)
 
 

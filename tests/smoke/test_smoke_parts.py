@@ -14,9 +14,10 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from sat_ext.runlog import Record  # noqa: E402
+from sat_ext.shm import SHM  # noqa: E402
 from sat_ext.smoke import checks  # noqa: E402
 from sat_ext.smoke.cli import main  # noqa: E402
-from sat_ext.smoke.runner import SHM, run  # noqa: E402
+from sat_ext.smoke.runner import run  # noqa: E402
 from sat_ext.smoke.verl_variants import VARIANTS, Paths, command, data_rows  # noqa: E402
 from sat_ext.verl.lag_overrides import PREPARED_KEY  # noqa: E402
 from sat_ext.verl.prepared import prepare_verl_config  # noqa: E402

@@ -28,9 +28,12 @@ import tempfile
 
 import torch
 
+from ... import shm
 from ..isa import follow_aten_cap
 from .base import Mismatch, Rollout
 
+#: vLLM's ring buffers (``vllm.distributed.device_communicators.shm_broadcast``)
+SHM_PREFIXES = ("psm_",)
 ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "bf16-native": "bfloat16"}
 _LAYER = re.compile(r"layers\.(\d+)\.")
 
@@ -168,6 +171,7 @@ class VLLMEngine:
         self.top_k = int(policy.config.num_experts_per_tok)
         self.eos, self.pad = int(policy.config.eos_token_id), int(policy.config.pad_token_id)
         self._dir = tempfile.mkdtemp(prefix="sat_ext_vllm_")
+        self._shm_before = shm.names(SHM_PREFIXES)
         policy.save_pretrained(self._dir, safe_serialization=True)
         max_model_len = max_model_len or int(policy.config.max_position_embeddings)
         max_num_seqs = 256
@@ -251,9 +255,12 @@ class VLLMEngine:
         return Rollout(responses, log_probs, routing)
 
     def close(self) -> None:
+        """Shut the engine's processes down, then release the ring buffers they made and could not unlink (killed
+        at shutdown), so that the resource tracker has nothing to report at exit."""
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
+            shm.release(shm.leftovers(self._shm_before, SHM_PREFIXES))
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __del__(self) -> None:  # an engine left open would keep two processes alive
