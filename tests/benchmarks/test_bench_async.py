@@ -1,13 +1,7 @@
 """benchmarks/bench_async.py: which process goes to which core, and its measurement switch's checks."""
 
-import os
-import sys
-
+import bench_async as B
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
-
-import bench_async as B  # noqa: E402
 
 
 @pytest.mark.parametrize(

@@ -3,15 +3,10 @@ made here): the model step, every loss through verl's registry, and shares that 
 
 from __future__ import annotations
 
-import os
-import sys
-
+import _common as C
+import bench_loss_share as S
 import pytest
 import torch.distributed as dist
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
-import _common as C  # noqa: E402
-import bench_loss_share as S  # noqa: E402
 
 TINY = dict(
     vocab_size=64,

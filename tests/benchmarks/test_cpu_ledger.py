@@ -6,12 +6,9 @@ import subprocess
 import sys
 import time
 
+import _cpu_ledger as L
+import bench_async as B
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
-
-import _cpu_ledger as L  # noqa: E402
-import bench_async as B  # noqa: E402
 
 BUSY = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 

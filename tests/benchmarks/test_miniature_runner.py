@@ -3,17 +3,12 @@
 import argparse
 import gzip
 import json
-import os
-import sys
 
+import miniature_e1_e2 as M
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
-
-import miniature_e1_e2 as M  # noqa: E402
-
-from sat_ext.demo import prereg as P  # noqa: E402
-from sat_ext.demo.learner import BASE_Q  # noqa: E402
+from sat_ext.demo import prereg as P
+from sat_ext.demo.learner import BASE_Q
 
 
 def _opts(**kw):

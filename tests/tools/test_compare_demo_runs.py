@@ -2,11 +2,9 @@
 
 import csv
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-import compare_demo_runs as C  # noqa: E402
+import compare_demo_runs as C
 
 
 def _out(folder: Path, final: float, wall: float) -> Path:

@@ -1,17 +1,9 @@
-"""tests/verl: make the helper modules importable under any pytest import mode.
-
-There is deliberately no ``__init__.py`` in this folder: as a package it would be named ``verl`` and could
-shadow the real verl. Test files are named ``test_verl_*`` so that their basenames are unique in the tree.
-"""
+"""tests/verl: fixtures shared by the verl tests (tests/conftest.py puts this folder's helpers on sys.path)."""
 
 import os
 import sys
 
 import pytest
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection: start them only if a registration test will run

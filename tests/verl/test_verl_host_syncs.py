@@ -11,16 +11,11 @@ chunked per-token pass above 32K tokens and the radix quantile above 32K entries
 
 from __future__ import annotations
 
-import os
-import sys
-
+import _common as C
+import bench_loss as B
 import pytest
 import torch
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
-import _common as C  # noqa: E402
-import bench_loss as B  # noqa: E402
 
 PAIRS = [
     (B.Case("sat", "micro", "token-mean"), B.Case("vanilla", "-", "token-mean")),
