@@ -118,7 +118,7 @@ def read_batch(batch: Any, loops: str) -> list[Trajectory] | None:
         return None
     keys = [k for k, _ in rows]
     data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["extra_fields", "num_turns"])
-    extras, num_turns = data["extra_fields"].tolist(), [int(n) for n in data["num_turns"].tolist()]
+    extras, num_turns = data.get("extra_fields").tolist(), [int(n) for n in data.get("num_turns").tolist()]
     records = [(e or {}).get(TURNS_KEY) if isinstance(e, dict) else None for e in extras]
     if all(r is None for r in records) and all(n <= 2 for n in num_turns):
         return None

@@ -21,6 +21,8 @@ from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from sat_ext.lag.turns import TURNS_KEY  # noqa: E402
+from sat_ext.runlog import Record  # noqa: E402
+from sat_ext.smoke import agent_checks  # noqa: E402
 from sat_ext.smoke.assets import write_model  # noqa: E402
 from sat_ext.smoke.verl_calc import (  # noqa: E402
     CALLS_KEY,
@@ -173,3 +175,59 @@ def test_the_turn_record_follows_the_cut_to_response_length(tmp_path, tokenizer)
     record = out.extra_fields[TURNS_KEY]
     assert sum(n for n, _, _ in record) == sum(out.response_mask) == sum(full.response_mask) - 3
     assert record[-1] == [full.extra_fields[TURNS_KEY][-1][0] - 3, 2, 2]
+
+
+# ---------------------------------------------------------------- the variant's checks fail where they should
+
+
+def _episode(seen=3, calls=3, turns=((8, 0, 0), (8, 0, 0), (8, 0, 0), (8, 0, 0))):
+    return {
+        "num_turns": 8,
+        "turns": [list(t) for t in turns],
+        "tool_calls": [["1", "1"]] * calls,
+        "observations_seen": seen,
+    }
+
+
+def _step(step, **values):
+    good = {
+        "lag/token_hist/0": 20.0,
+        "lag/token_hist/1": 12.0,
+        "lag/token_lag/max": 1.0,
+        "lag/max": 2.0,
+        "lag/token_unrecorded": 0.0,
+        "lag/turn_tag_mismatch": 0.0,
+        "training/num_turns/min": 8.0,
+        "training/num_turns/max": 8.0,
+    }
+    return Record(step, {**good, **values})
+
+
+def test_the_tool_call_check():
+    assert agent_checks.check_tool_calls([_episode()] * 4, 4, trained=4).passed is True
+    assert agent_checks.check_tool_calls([_episode()] * 3, 4, trained=4).passed is False  # too few episodes
+    short = agent_checks.check_tool_calls([_episode()] * 3 + [_episode(seen=2)], 4, trained=4)
+    assert short.passed is False and "1 episodes short" in short.detail
+    assert agent_checks.check_tool_calls([_episode(calls=2)] * 4, 4, trained=4).passed is False
+
+
+def test_the_turn_and_token_lag_checks():
+    assert agent_checks.check_num_turns([_step(1), _step(2)], 8).passed is True
+    assert agent_checks.check_num_turns([_step(1), _step(2, **{"training/num_turns/min": 6.0})], 8).passed is False
+    good = agent_checks.check_token_lags([_step(1), _step(2)], 2)
+    assert good.passed is True and "{0: 40, 1: 24}" in good.detail
+    for bad in (
+        {"lag/token_unrecorded": 3.0},
+        {"lag/turn_tag_mismatch": 1.0},
+        {"lag/token_lag/max": 3.0, "lag/max": 3.0},  # over the bound
+        {"lag/token_lag/max": 2.0, "lag/max": 1.0},  # a token older than any trajectory
+    ):
+        assert agent_checks.check_token_lags([_step(1), _step(2, **bad)], 2).passed is False, bad
+    missing = Record(2, {k: v for k, v in _step(2).values.items() if not k.startswith("lag/token_hist/")})
+    assert agent_checks.check_token_lags([_step(1), missing], 2).passed is False
+
+
+def test_the_spanning_check_skips_when_no_sync_landed_inside_an_episode():
+    assert agent_checks.check_spanning([_episode()]).passed is None
+    across = _episode(turns=((8, 0, 0), (8, 0, 1), (8, 1, 1), (8, 1, 1)))
+    assert agent_checks.check_spanning([_episode(), across]).passed is True
