@@ -37,10 +37,11 @@ PATHS = Paths(Path("/m"), Path("/t.parquet"), Path("/v.parquet"), Path("/r.py"),
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_each_variant_composes_with_verls_config_and_passes_the_launch_checks(name, device, tmp_path):
     variant = VARIANTS[name]
-    paths = PATHS
-    if variant.agent:  # the launch checks read the tool and agent-loop files
-        agent_loops = write_agent_loops(tmp_path / "agent_loops.yaml", variant)
-        paths = dataclasses.replace(PATHS, agent_loops=agent_loops, tools=write_tools(tmp_path / "tools.yaml"))
+    paths = PATHS  # the launch checks read the agent-loop and tool files: real ones where the variant has them
+    if variant.agent or variant.forced_evictions:
+        paths = dataclasses.replace(PATHS, agent_loops=write_agent_loops(tmp_path / "agent_loops.yaml", variant))
+    if variant.agent:
+        paths = dataclasses.replace(paths, tools=write_tools(tmp_path / "tools.yaml"))
     cmd = command(variant, paths, steps=4, device=device)
     assert cmd.argv[:3] == [sys.executable, "-m", "sat_ext.verl.main_ppo" if variant.lag else "verl.trainer.main_ppo"]
     assert cmd.env == ({"SAT_EXT_VERL_CPU": "1"} if device == "cpu" else {})
