@@ -7,6 +7,7 @@
 - :mod:`.accounting`: the lags of a consumed batch (the one rule the verl sampler, OpenRLHF's trainer and the
   controller apply).
 - :mod:`.metrics`: the per-step flat metrics dict.
+- :mod:`.turns`: per-turn version records of agent episodes and the per-token lag metrics they give.
 - :mod:`.controller`: an in-process controller built from the rules above (the demo and the simulations).
 
 The verl integration is :mod:`sat_ext.verl.lag_overrides` / :mod:`sat_ext.verl.lag_sampler`, the OpenRLHF one

@@ -11,13 +11,15 @@ global steps through verl 0.9.1's own trainer: ``sync-*`` through ``python -m ve
   generating checkpoint as the denominator (Table 9);
 - ``bounded1-wait`` / ``bounded1-drop``: sat, max lag 1, the rollout log-probs (bounded batches mix versions);
 - not in the default set: ``interval8`` (the paper's lag 8), ``bounded4-wait`` (max lag 4), ``interval2-spill``
-  (``interval2`` with the kept weights in files).
+  (``interval2`` with the kept weights in files), ``agent-bounded2`` (sat, max lag 2, every prompt a 4-turn
+  calculator episode in verl's own tool agent loop, the observations masked: :mod:`sat_ext.smoke.verl_calc`).
 
 ``bounded1-drop`` gets one straggler prompt and one failing prompt (:mod:`sat_ext.smoke.verl_agent_loops`).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from pathlib import Path
 from sat_ext.runlog import CheckResult, Expectation, Record, check_run, read_log, training_records
 from sat_ext.verl.lag_overrides import verl_overrides
 
-from . import checks
+from . import agent_checks, checks
 from .assets import prompt_rows, write_data
 from .runner import Command
 
@@ -38,6 +40,12 @@ RESPONSE_LEN = 16
 PROMPT_LEN = 32
 STRAGGLER_ROW, FAILURE_ROW = 0, 1  # in the warm-up prompts (the data is not shuffled)
 STRAGGLER, FAILURE = "sat_ext_smoke_straggler", "sat_ext_smoke_failure"  # agent loop names
+CALC = "sat_ext_smoke_calc"  # agent-bounded2's agent loop
+AGENT_TURNS = 4  # assistant turns per agent episode: 4 turns + 3 tool calls, verl's num_turns 4 + 3 + 1
+AGENT_RESPONSE_LEN = 128  # 4 turns of 8 tokens + 3 observations of at most 25 tokens (chat-template scaffolding)
+AGENT_TOOL_RESPONSE_LEN = 8  # characters of a tool result (the calculator's have at most 5)
+TOOL_LATENCY_S = 3.0  # per calculator call: episodes stay in flight while the trainer steps, so syncs land inside
+EPISODES = "episodes.jsonl"  # in the variant folder: one line per agent episode (sat_ext.smoke.verl_calc)
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,7 @@ class Variant:
     denominator: str = "rollout"
     forced_evictions: bool = False  # a straggler over the bound and a failed rollout
     spill_kept_weights: bool = False  # the kept versions in files (trainer.v1.sat_ext.kept_weights_dir)
+    agent: bool = False  # every prompt a multi-turn calculator episode in verl's tool agent loop
 
     @property
     def separate_rollout(self) -> bool:
@@ -75,6 +84,7 @@ VARIANTS: dict[str, Variant] = {
             "checkpoint",
             spill_kept_weights=True,
         ),
+        Variant("agent-bounded2", "sat", {"mode": "bounded", "max_lag": 2, "over_bound": "wait"}, agent=True),
     )
 }
 DEFAULT = ("sync-sat", "sync-sat_gspo", "interval1", "interval2", "bounded1-wait", "bounded1-drop")
@@ -90,6 +100,7 @@ class Paths:
     reward: Path
     agent_loops: Path | None = None
     kept_weights: Path | None = None
+    tools: Path | None = None
 
 
 def _loss(variant: Variant) -> list[str]:
@@ -104,13 +115,13 @@ def _loss(variant: Variant) -> list[str]:
     return out
 
 
-def _common(paths: Paths, steps: int) -> list[str]:
+def _common(paths: Paths, steps: int, response_len: int) -> list[str]:
     return [
         f"data.train_files={paths.train}",
         f"data.val_files={paths.val}",
         f"data.train_batch_size={BATCH}",
         f"data.max_prompt_length={PROMPT_LEN}",
-        f"data.max_response_length={RESPONSE_LEN}",
+        f"data.max_response_length={response_len}",
         "data.shuffle=false",
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={paths.model}",
@@ -128,7 +139,7 @@ def _common(paths: Paths, steps: int) -> list[str]:
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.calculate_log_probs=true",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={BATCH * GROUP}",
-        f"actor_rollout_ref.rollout.max_model_len={PROMPT_LEN + RESPONSE_LEN}",
+        f"actor_rollout_ref.rollout.max_model_len={PROMPT_LEN + response_len}",
         "actor_rollout_ref.rollout.max_num_batched_tokens=1024",
         "actor_rollout_ref.rollout.max_num_seqs=64",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
@@ -172,14 +183,27 @@ def _device(variant: Variant, device: str) -> Command:
     return Command(backend)
 
 
+def _agent(paths: Paths) -> list[str]:
+    """verl's tool agent loop (:class:`sat_ext.smoke.verl_calc.CalcToolAgentLoop`) for every prompt."""
+    return [
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={CALC}",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={paths.tools}",
+        f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={AGENT_TURNS}",
+        f"actor_rollout_ref.rollout.multi_turn.max_tool_response_length={AGENT_TOOL_RESPONSE_LEN}",
+    ]
+
+
 def command(variant: Variant, paths: Paths, steps: int, device: str) -> Command:
     """verl's own entry point for ``variant`` with every override, and the environment it needs."""
     entry = "sat_ext.verl.main_ppo" if variant.separate_rollout else "verl.trainer.main_ppo"
     dev = _device(variant, device)
-    overrides = _common(paths, steps) + _loss(variant) + _lag(variant, paths.kept_weights) + dev.argv
+    response_len = AGENT_RESPONSE_LEN if variant.agent else RESPONSE_LEN
+    overrides = _common(paths, steps, response_len) + _loss(variant) + _lag(variant, paths.kept_weights) + dev.argv
     overrides.append(f"trainer.experiment_name={variant.name}")
-    if variant.forced_evictions:
+    if variant.forced_evictions or variant.agent:
         overrides.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path={paths.agent_loops}")
+    if variant.agent:
+        overrides += _agent(paths)
     return Command([sys.executable, "-m", entry, *overrides], dev.env)
 
 
@@ -188,13 +212,43 @@ def data_rows(variant: Variant) -> dict[int, str]:
     return {STRAGGLER_ROW: STRAGGLER, FAILURE_ROW: FAILURE} if variant.forced_evictions else {}
 
 
-def write_agent_loops(path: Path) -> Path:
-    """The YAML verl reads from ``agent_loop_config_path`` (verl's own ``single_turn_agent`` stays registered)."""
+def write_agent_loops(path: Path, variant: Variant) -> Path:
+    """The YAML verl reads from ``agent_loop_config_path`` (verl's own ``single_turn_agent`` stays registered):
+    the straggler and the failure, or the calculator loop (``variant.agent``)."""
+    if variant.agent:
+        path.write_text(f"- name: {CALC}\n  _target_: sat_ext.smoke.verl_calc.CalcToolAgentLoop\n")
+        return path
     module = "sat_ext.smoke.verl_agent_loops"
     path.write_text(
         f"- name: {STRAGGLER}\n  _target_: {module}.StragglerAgentLoop\n"
         f"- name: {FAILURE}\n  _target_: {module}.FailureAgentLoop\n"
     )
+    return path
+
+
+def write_tools(path: Path, latency_s: float = TOOL_LATENCY_S) -> Path:
+    """The tool config verl reads from ``multi_turn.tool_config_path`` (JSON, which is YAML): the calculator,
+    ``latency_s`` seconds a call."""
+    from .verl_calc import TOOL_NAME
+
+    schema = {
+        "type": "function",
+        "function": {
+            "name": TOOL_NAME,
+            "description": "the sum of digit groups joined by +",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string", "description": "e.g. 12+7"}},
+                "required": ["expression"],
+            },
+        },
+    }
+    tool = {
+        "class_name": "sat_ext.smoke.verl_calc.CalculatorTool",
+        "config": {"type": "native", "latency_s": latency_s},
+        "tool_schema": schema,
+    }
+    path.write_text(json.dumps({"tools": [tool]}, indent=2) + "\n")
     return path
 
 
@@ -212,8 +266,11 @@ def prepare(variant: Variant, folder: Path, model: Path, steps: int, device: str
         train=write_data(inputs / "train.parquet", prompt_rows(PROMPTS, seed=0, agent_names=data_rows(variant))),
         val=write_data(inputs / "val.parquet", prompt_rows(4, seed=1)),
         reward=Path(__file__).with_name("reward.py"),
-        agent_loops=write_agent_loops(inputs / "agent_loops.yaml") if variant.forced_evictions else None,
+        agent_loops=write_agent_loops(inputs / "agent_loops.yaml", variant)
+        if variant.forced_evictions or variant.agent
+        else None,
         kept_weights=_folder(folder / "kept_weights") if variant.spill_kept_weights else None,
+        tools=write_tools(inputs / "tools.yaml") if variant.agent else None,
     )
     cmd = command(variant, paths, steps, device)
     env = {
@@ -222,6 +279,11 @@ def prepare(variant: Variant, folder: Path, model: Path, steps: int, device: str
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
+    if variant.agent:
+        from .verl_calc import EPISODES_ENV
+
+        (folder / EPISODES).unlink(missing_ok=True)
+        env[EPISODES_ENV] = str(folder.resolve() / EPISODES)
     return Command(cmd.argv, env)
 
 
@@ -258,4 +320,12 @@ def variant_checks(variant: Variant, folder: Path, records: list[Record], steps:
         rows.append(checks.check_drops(records, forced=variant.forced_evictions))
     if variant.spill_kept_weights:
         rows.append(checks.check_spilled(folder / "kept_weights"))
+    if variant.agent:
+        episodes = agent_checks.read_episodes(folder / EPISODES)
+        rows += [
+            agent_checks.check_tool_calls(episodes, AGENT_TURNS, trained=steps * BATCH * GROUP),
+            agent_checks.check_num_turns(records, 2 * AGENT_TURNS),
+            agent_checks.check_token_lags(records, lag["max_lag"]),
+            agent_checks.check_spanning(episodes),
+        ]
     return rows

@@ -22,6 +22,7 @@ from sat_ext.pinned import VERL_PINS, Private, check_private
 _RB = "verl.trainer.ppo.v1.replay_buffer"
 _TB = "verl.trainer.ppo.v1.trainer_base"
 _TSA = "verl.trainer.ppo.v1.trainer_separate_async"
+_TAL = "verl.experimental.agent_loop.tool_agent_loop"
 
 
 PRIVATE = (
@@ -40,6 +41,11 @@ PRIVATE = (
     Private(_TB, "PPOTrainer._load_checkpoint", "overridden: the lag totals restored on resume"),
     Private(_TSA, "PPOTrainerSeparateAsync._init_resource_pool_mgr", "overridden: the kept-weights actor worker"),
     Private(_TB, "PPOTrainer._consume_sync_metrics:_pending_sync_metrics", "written: drain metrics for the step"),
+    # relied on, not overridden: the smoke's calculator loop (sat_ext.smoke.verl_calc.CalcToolAgentLoop) replaces
+    # attributes verl's tool agent loop reads per turn
+    Private(_TAL, "ToolAgentLoop._handle_generating_state:tool_parser", "read per turn: the calculator call parser"),
+    Private(_TAL, "ToolAgentLoop._handle_generating_state:server_manager", "called per turn: the turn recorder"),
+    Private(_TAL, "ToolAgentLoop.__init__:tools", "set by verl: the loop checks its calculator is configured"),
 )
 
 

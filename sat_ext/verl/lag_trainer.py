@@ -16,6 +16,10 @@ Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOT
 3. Every dispatch of prompts to the rollout is noted in the sampler, which takes batches in that order
    (:meth:`~sat_ext.verl.lag_sampler.SATLagReplayBuffer.note_dispatched`): an engine that serves requests first come,
    first served then finishes the batch the trainer needs next first.
+4. Agent episodes (:mod:`sat_ext.verl.agent_turns`): before each batch's old log-probs, a multi-turn trajectory whose
+   tool observations are not masked out of the loss stops the run, before any update on it; trajectories that
+   carry a per-turn version record (``extra_fields["sat_ext_turns"]``) give the per-token lag metrics
+   ``lag/token_hist/<bin>`` and the rest of :mod:`sat_ext.lag.turns` once per global step.
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.utils.debug import marked_timer
 
 from sat_ext.lag.config import LagConfig
+from sat_ext.lag.turns import TokenLagMetrics
 
 from ._upstream import TrainerSeam
+from .agent_turns import loops_named, read_batch
 from .kept_weights import KeptWeightsWorker
 from .lag_overrides import TRAINER_MODE, kept_weights_spill_dir, uses_bypass
 from .prepared import prepared_lag
@@ -168,6 +174,8 @@ class SATSeparateAsyncTrainer(TrainerSeam):
         super().__init__(config)
         self.bypass = uses_bypass(config)
         self.broadcast_weights = BroadcastWeights(self.lag, kept_weights_spill_dir(config))
+        self.token_lags = TokenLagMetrics(self.lag.hist_edges)
+        self.agent_loops = loops_named(config)
 
     def on_step_end(self):
         drained: dict = {}
@@ -236,7 +244,17 @@ class SATSeparateAsyncTrainer(TrainerSeam):
         else:
             logger.warning("sat_ext: no %s in the checkpoint: the lag totals restart at 0", path)
 
+    def record_agent_turns(self, batch, metrics: dict) -> None:
+        """Check the batch's multi-turn trajectories' observation masks and record their per-token lags; the
+        step's token-lag metrics go out with its last local update (as the sampler's ``lag/*`` do)."""
+        trajectories = read_batch(batch, self.agent_loops)
+        if trajectories is not None:
+            self.token_lags.record_batch(self.global_steps - 1, trajectories)
+        if self.local_trigger_step == self.parameter_sync_step - 1:
+            metrics.update(self.token_lags.flush())
+
     def compute_old_log_prob(self, batch, metrics: dict):
+        self.record_agent_turns(batch, metrics)
         compute = self.base_compute_old_log_prob  # verl's, on the current weights
         if self.bypass:
             return compute(batch, metrics)

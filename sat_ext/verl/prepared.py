@@ -1,7 +1,8 @@
 """The config verl's workers get: the lag settings checked once, in the driver, and shipped to them as data.
 
 :func:`prepare_verl_config` runs in :mod:`sat_ext.verl.main_ppo` before Ray starts: every launch check
-(:func:`sat_ext.verl.lag_overrides.check_verl_config`), then a copy of the user's config (the user's object is not
+(:func:`sat_ext.verl.lag_overrides.check_verl_config`, and the agent loops' and tools' files:
+:func:`sat_ext.verl.agent_config.check_agent_config`), then a copy of the user's config (the user's object is not
 changed) with what the workers read:
 
 - ``trainer.v1.sat_separate_async``: verl's base trainer reads ``trainer.v1.<trainer_mode>``; sat_ext's trainer
@@ -38,8 +39,12 @@ def prepare_verl_config(config: DictConfig) -> DictConfig:
     """Check ``config`` once and return the config the workers get (a copy; ``config`` is unchanged).
 
     A config that does not select sat_ext's trainer (``trainer.v1.trainer_mode``) is returned as is: plain verl.
-    Raises :class:`sat_ext.lag.LagConfigError` naming the key, as :func:`check_verl_config` does.
+    Raises :class:`sat_ext.lag.LagConfigError` naming the key, as :func:`check_verl_config` does, and
+    :class:`sat_ext.verl.agent_config.AgentConfigError` for a bad agent loop or tool setting.
     """
+    from .agent_config import check_agent_config
+
+    check_agent_config(config)
     forwarded = check_verl_config(config)
     if OmegaConf.select(config, "trainer.v1.trainer_mode") != TRAINER_MODE:
         return config

@@ -3,6 +3,7 @@ sat_ext's launch checks, its checks fail where they should, and its runner kills
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -18,7 +19,14 @@ from sat_ext.shm import SHM  # noqa: E402
 from sat_ext.smoke import checks  # noqa: E402
 from sat_ext.smoke.cli import main  # noqa: E402
 from sat_ext.smoke.runner import run  # noqa: E402
-from sat_ext.smoke.verl_variants import VARIANTS, Paths, command, data_rows  # noqa: E402
+from sat_ext.smoke.verl_variants import (  # noqa: E402
+    VARIANTS,
+    Paths,
+    command,
+    data_rows,
+    write_agent_loops,
+    write_tools,
+)
 from sat_ext.verl.lag_overrides import PREPARED_KEY  # noqa: E402
 from sat_ext.verl.prepared import prepare_verl_config  # noqa: E402
 
@@ -28,9 +36,14 @@ PATHS = Paths(Path("/m"), Path("/t.parquet"), Path("/v.parquet"), Path("/r.py"),
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_each_variant_composes_with_verls_config_and_passes_the_launch_checks(name, device):
+def test_each_variant_composes_with_verls_config_and_passes_the_launch_checks(name, device, tmp_path):
     variant = VARIANTS[name]
-    cmd = command(variant, PATHS, steps=4, device=device)
+    paths = PATHS  # the launch checks read the agent-loop and tool files: real ones where the variant has them
+    if variant.agent or variant.forced_evictions:
+        paths = dataclasses.replace(PATHS, agent_loops=write_agent_loops(tmp_path / "agent_loops.yaml", variant))
+    if variant.agent:
+        paths = dataclasses.replace(paths, tools=write_tools(tmp_path / "tools.yaml"))
+    cmd = command(variant, paths, steps=4, device=device)
     assert cmd.argv[:3] == [sys.executable, "-m", "sat_ext.verl.main_ppo" if variant.lag else "verl.trainer.main_ppo"]
     assert cmd.env == ({"SAT_EXT_VERL_CPU": "1"} if device == "cpu" else {})
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
@@ -46,7 +59,9 @@ def test_each_variant_composes_with_verls_config_and_passes_the_launch_checks(na
     backend = cfg.actor_rollout_ref.rollout.checkpoint_engine.backend
     if variant.lag:
         assert backend == ("sat_ext_shm" if device == "cpu" else "nccl")
-    assert (cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path is not None) is variant.forced_evictions
+    agent_loops = cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path
+    assert (agent_loops is not None) is (variant.forced_evictions or variant.agent)
+    assert (cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path is not None) is variant.agent
     spill = OmegaConf.select(cfg, "trainer.v1.sat_ext.kept_weights_dir")
     assert spill == ("/k" if variant.spill_kept_weights else None)
 
