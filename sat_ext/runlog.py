@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sat_ext.lag.schedule import scheduled_lag
+from sat_ext.metric_names import VERL_NAMES, MetricNames
 
 ALPHA_TAIL = 0.1  # 1 - alpha, alpha = 0.90 (the paper's quantile)
 DEFAULT_GATE_RATE_MIN = 0.05
@@ -81,47 +82,6 @@ class Record:
 
     step: int
     values: dict[str, float]
-
-
-@dataclass(frozen=True)
-class MetricNames:
-    """A framework's names for what the checks read: ``training`` is the prefix of a key that only training
-    steps carry; the SAT keys, and the gradient norm (checked with the ``*loss*`` keys). ``evaluation``: whether
-    its log carries verl's ``val-core/`` evaluation keys (the eval-count check runs only then)."""
-
-    training: str
-    sat_active: str
-    gate_rate: str
-    threshold_q: str
-    d_pi: str
-    nonfinite: str
-    grad_norm: str
-    inert: str
-    evaluation: bool = True
-
-
-VERL_NAMES = MetricNames(
-    "actor/",
-    "actor/sat/active",
-    "actor/sat/gate_rate",
-    "actor/sat/threshold_q",
-    "actor/sat/d_pi",
-    "actor/sat/nonfinite_frac",
-    "actor/grad_norm",
-    "actor/sat/inert_frac",
-)
-#: OpenRLHF's step status (its console line; its wandb / TensorBoard loggers add ``train/``)
-OPENRLHF_NAMES = MetricNames(
-    "policy_loss",
-    "sat_active",
-    "sat_gate_rate",
-    "sat_threshold_q",
-    "sat_d_pi",
-    "sat_nonfinite_frac",
-    "actor_grad_norm",
-    "sat_inert_frac",
-    evaluation=False,
-)
 
 
 @dataclass(frozen=True)

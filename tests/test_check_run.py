@@ -29,8 +29,8 @@ from sat_ext.check_run import main as check_run_main  # noqa: E402
 from sat_ext.lag import LagMetrics, VersionSpan, lag_in_steps, sample_lag  # noqa: E402
 from sat_ext.lag.config import DEFAULT_HIST_EDGES  # noqa: E402
 from sat_ext.lag.schedule import scheduled_lag, scheduled_version  # noqa: E402
+from sat_ext.metric_names import OPENRLHF_NAMES  # noqa: E402
 from sat_ext.runlog import (  # noqa: E402
-    OPENRLHF_NAMES,
     CheckResult,
     Expectation,
     Record,

@@ -2,7 +2,7 @@
 
 from .config import SATConfig, SATConfigError
 from .kernels import contraction
-from .losses import METRIC_KEYS, SATLossOutput, empty_microbatch_loss, sat_gspo_loss, sat_token_loss
+from .losses import METRIC_KEYS, SATLossOutput, aggregate, empty_microbatch_loss, sat_gspo_loss, sat_token_loss
 from .quantile import global_masked_quantile, masked_quantile
 from .trust_region import TrustRegion, adaptive_trust_region, gate_threshold
 
@@ -13,6 +13,7 @@ __all__ = [
     "SATLossOutput",
     "TrustRegion",
     "adaptive_trust_region",
+    "aggregate",
     "contraction",
     "empty_microbatch_loss",
     "gate_threshold",

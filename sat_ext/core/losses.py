@@ -99,6 +99,15 @@ def empty_microbatch_loss(loss_mat: torch.Tensor, mask: torch.Tensor) -> torch.T
     return torch.where(mask.bool(), loss_mat, 0.0).sum()
 
 
+def aggregate(
+    loss_mat: torch.Tensor, mask: torch.Tensor, empty: bool, framework_aggregate: Callable[[], torch.Tensor]
+) -> torch.Tensor:
+    """The one rule for a micro-batch, for every adapter: ``framework_aggregate()`` (the framework's own mean over
+    active tokens), unless ``empty`` (no active token in ``mask``, where that mean divides 0 by 0), then
+    :func:`empty_microbatch_loss`."""
+    return empty_microbatch_loss(loss_mat, mask) if empty else framework_aggregate()
+
+
 def _graph_off() -> bool:
     """Turns autograd off (the loss and its gradient share are computed without a graph) and returns the mode to
     restore: ``torch.no_grad()`` less its per-call context objects, a few us of a 2K-token call."""

@@ -160,9 +160,8 @@ def _agg(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
 
 
 def _core_loss(name: str, setting: LossSetting) -> LossFn:
-    from sat_ext.core import SATConfig, sat_gspo_loss, sat_token_loss
+    from sat_ext.core import SATConfig, aggregate, sat_gspo_loss, sat_token_loss
     from sat_ext.metric_names import VERL_METRIC_NAMES
-    from sat_ext.microbatch import aggregate
 
     cfg = SATConfig(
         eps_low=setting.eps_low,

@@ -34,8 +34,8 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from sat_ext.core import METRIC_KEYS, sat_gspo_loss, sat_token_loss
-from sat_ext.microbatch import aggregate
+from sat_ext.core import METRIC_KEYS, aggregate, sat_gspo_loss, sat_token_loss
+from sat_ext.metric_names import OPENRLHF_METRIC_NAMES
 from sat_ext.pinned import LOSS_NAMES
 
 from .compat import openrlhf_loss
@@ -46,7 +46,7 @@ PolicyLoss = _loss.PolicyLoss
 aggregate_loss = _loss.aggregate_loss
 masked_mean = _loss.masked_mean
 
-METRIC_NAMES = tuple(f"sat_{k}" for k in METRIC_KEYS)
+METRIC_NAMES = OPENRLHF_METRIC_NAMES
 
 
 class SATPolicyLoss(PolicyLoss):
@@ -177,7 +177,7 @@ class SATPolicyLoss(PolicyLoss):
             ppo_kl = masked_mean(-(log_probs - rollout_log_probs), action_mask, dim=None)
             vllm_kl = masked_mean(rollout_log_probs - old_log_probs, action_mask, dim=None)
             is_filter_ratio = torch.zeros((), device=log_probs.device)
-        self.extra_metrics = {f"sat_{k}": out.metrics[k].detach() for k in METRIC_KEYS}
+        self.extra_metrics = {name: out.metrics[k].detach() for name, k in zip(METRIC_NAMES, METRIC_KEYS)}
         return loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio
 
 

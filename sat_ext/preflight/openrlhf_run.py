@@ -21,7 +21,8 @@ from pathlib import Path
 
 from sat_ext.example_configs import example_dir, examples_root
 from sat_ext.lag.config import LagConfig
-from sat_ext.runlog import OPENRLHF_NAMES, CheckResult, Expectation, Record, check_run, read_log
+from sat_ext.metric_names import OPENRLHF_NAMES
+from sat_ext.runlog import CheckResult, Expectation, Record, check_run, read_log
 from sat_ext.smoke import checks as smoke_checks
 from sat_ext.smoke.runner import Command
 from sat_ext.smoke.tensorboard import write_metrics

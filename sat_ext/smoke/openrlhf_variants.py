@@ -37,7 +37,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from sat_ext.runlog import OPENRLHF_NAMES, CheckResult, Expectation, Record, check_run, read_log
+from sat_ext.metric_names import OPENRLHF_NAMES
+from sat_ext.runlog import CheckResult, Expectation, Record, check_run, read_log
 
 from . import checks
 from .assets import openrlhf_rows, write_jsonl

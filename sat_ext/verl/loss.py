@@ -5,7 +5,7 @@ Imported by :mod:`sat_ext.verl.config` (the ``_target_``) and by the ``verl.plug
 :func:`sat_ext.verl.config.sat_config_for`) -> core loss (per-token, times verl's ``rollout_is_weights`` when
 given, under SAT's non-finite policy) -> verl's ``agg_loss(..., **config.global_batch_info)`` (every
 ``loss_agg_mode``); an all-padding micro-batch gives the core's zero loss with a zero gradient
-(:func:`sat_ext.microbatch.aggregate`). Metrics: the SAT diagnostics under ``actor/sat/...`` plus verl's
+(:func:`sat_ext.core.aggregate`). Metrics: the SAT diagnostics under ``actor/sat/...`` plus verl's
 ``actor/pg_clipfrac``, ``actor/ppo_kl`` and ``actor/pg_clipfrac_lower``; the same keys on every rank and
 micro-batch, copied to the host in one transfer (the call's only host-sync point; verl's ``vanilla`` makes three).
 """
@@ -19,9 +19,8 @@ import torch
 import torch.distributed as dist
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 
-from sat_ext.core import SATLossOutput, sat_gspo_loss, sat_token_loss
+from sat_ext.core import SATLossOutput, aggregate, sat_gspo_loss, sat_token_loss
 from sat_ext.metric_names import VERL_METRIC_NAMES
-from sat_ext.microbatch import aggregate
 from sat_ext.pinned import LOSS_NAMES
 
 from .config import sat_config_for

@@ -28,7 +28,7 @@ def test_core_backend_has_only_sat_losses():
 
 
 def test_core_backend_empty_micro_batch_is_the_shared_rule():
-    """An all-padding micro-batch gives the core's zero loss with a zero gradient (sat_ext.microbatch), even where
+    """An all-padding micro-batch gives the core's zero loss with a zero gradient (sat_ext.core.aggregate), even where
     the padding's loss is infinite (a huge advantage times e^20): a masked mean would give inf * 0 = NaN."""
     old, new, adv, _ = _batch()
     adv = torch.full_like(adv, 3e38)

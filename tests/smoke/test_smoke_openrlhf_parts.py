@@ -17,7 +17,8 @@ import pytest
 
 pytest.importorskip("openrlhf")
 
-from sat_ext.runlog import OPENRLHF_NAMES, Expectation, Record, RunLogError, check_run  # noqa: E402
+from sat_ext.metric_names import OPENRLHF_NAMES  # noqa: E402
+from sat_ext.runlog import Expectation, Record, RunLogError, check_run  # noqa: E402
 from sat_ext.smoke import checks  # noqa: E402
 from sat_ext.smoke import openrlhf_variants as ov  # noqa: E402
 from sat_ext.smoke.assets import prompt_rows, response_text, write_model  # noqa: E402
