@@ -1,7 +1,8 @@
 """The names and versions sat_ext fixes, in one place: the policy-loss names users select, the framework versions
-it is written against (pyproject.toml's extras and scripts/setup.sh install these), and the checks of installed
-versions and private upstream members for the pieces that use framework internals (each framework's
-``_upstream.py`` lists its members as :class:`Private` entries)."""
+it is written against (pyproject.toml's extras and scripts/setup.sh install these), and the one mechanism for the
+pieces that use framework internals: the checks of installed versions and of private upstream members (each
+framework's ``_upstream.py`` lists its members as :class:`Private` entries, each CPU setup's ``cpu/upstream.py``
+its own), and the :class:`Patch` entries the CPU setups apply with :func:`apply_patch`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import importlib
 import importlib.metadata
 import inspect
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, NamedTuple
 
 #: the policy losses sat_ext registers (verl: ``policy_loss.loss_mode``; OpenRLHF: ``--actor.policy_loss_type``)
 LOSS_NAMES = ("sat", "sat_gspo")
@@ -82,3 +85,44 @@ def check_private(pinned: Mapping[str, str], entries: Sequence[Private], what: s
                 f"(written against {dict(pinned)}; {where})"
             )
     return [f"{e.module}.{e.name}" for e in entries]
+
+
+@dataclass(frozen=True)
+class Patch:
+    """``module.attribute`` (``attribute`` may be ``Class.name``) becomes ``make(original)``, applied once
+    ``trigger`` (default: ``module``) is imported; ``why`` says what fails without it."""
+
+    module: str
+    attribute: str
+    why: str
+    make: Callable[[Any], Any]
+    trigger: str | None = None
+
+    @property
+    def when(self) -> str:
+        return self.trigger or self.module
+
+
+def resolve(module: ModuleType, dotted: str, what: str, pinned: Mapping[str, str]) -> tuple[Any, str, Any]:
+    """(owner, name, value) of ``dotted`` in ``module``; raise naming it when missing (``what`` uses it, written
+    against ``pinned``)."""
+    owner: Any = module
+    *path, name = dotted.split(".")
+    for part in path:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            break
+    value = getattr(owner, name, None) if owner is not None else None
+    if value is None:
+        raise RuntimeError(f"{what}: {module.__name__}.{dotted} is missing (written against {dict(pinned)})")
+    return owner, name, value
+
+
+def apply_patch(patch: Patch, module: ModuleType, what: str, pinned: Mapping[str, str]) -> None:
+    """Replace ``patch``'s symbol in ``module`` with ``patch.make(original)``, once (the replacement is marked)."""
+    owner, name, original = resolve(module, patch.attribute, what, pinned)
+    if getattr(original, "_sat_ext_cpu", False):
+        return
+    replacement = patch.make(original)
+    replacement._sat_ext_cpu = True
+    setattr(owner, name, replacement)

@@ -30,10 +30,11 @@ PROBE = textwrap.dedent(
     import openrlhf.utils.deepspeed.deepspeed as ds
     from openrlhf.trainer.ray import ppo_actor, vllm_engine
     from openrlhf.trainer.ppo_utils import replay_buffer
-    from sat_ext.openrlhf.cpu.upstream import PATCHES, _resolve, check_symbols
+    from sat_ext.openrlhf.cpu.upstream import PATCHES, WHAT, check_symbols
+    from sat_ext.pinned import OPENRLHF_CPU_PINS, resolve
     import importlib
-    patched = [p.attribute for p in PATCHES
-               if getattr(_resolve(importlib.import_module(p.module), p.attribute)[2], "_sat_ext_cpu", False)]
+    patched = [p.attribute for p in PATCHES if getattr(
+        resolve(importlib.import_module(p.module), p.attribute, WHAT, OPENRLHF_CPU_PINS)[2], "_sat_ext_cpu", False)]
     buffer = replay_buffer.NaiveReplayBuffer(4) if patched else None
     print(json.dumps({"patched": patched, "flash_attn_2": transformers.utils.is_flash_attn_2_available(),
                       "checked": check_symbols(),

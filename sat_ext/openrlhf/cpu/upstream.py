@@ -6,7 +6,8 @@ imported; each entry names the symbol, what fails on a CPU without it, and the r
 are the private attributes the replacements and the subclasses call. :func:`check_versions` runs when the
 setup activates; each patch checks that its symbol exists before it replaces it, and :func:`check_symbols`
 checks all of them at once (the tests): an OpenRLHF bump must fail here, naming the symbol, not halfway
-through a run.
+through a run. The mechanism (:class:`~sat_ext.pinned.Patch`, :func:`~sat_ext.pinned.apply_patch`, the member
+check) is :mod:`sat_ext.pinned`'s, shared with the verl CPU setup; this module keeps only its entries.
 """
 
 from __future__ import annotations
@@ -14,29 +15,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
-from sat_ext.pinned import OPENRLHF_CPU_PINS, check_pinned
+from sat_ext.pinned import OPENRLHF_CPU_PINS, Patch, Private, apply_patch, check_pinned, check_private, resolve
 
 _TRAINER_SIDE = "openrlhf.utils.distributed_util"  # imported by every process that builds DeepSpeed models
-
-
-@dataclass(frozen=True)
-class Patch:
-    """``module.attribute`` (``attribute`` may be ``Class.name``) becomes ``make(original)`` once ``trigger``
-    is imported; ``why`` says what fails without it."""
-
-    module: str
-    attribute: str
-    why: str
-    make: Callable[[Any], Any]
-    trigger: str | None = None
-
-    @property
-    def when(self) -> str:
-        return self.trigger or self.module
+WHAT, WHERE = "sat_ext's OpenRLHF CPU setup", "sat_ext/openrlhf/cpu/upstream.py"
 
 
 def _named(name: str, fn: Callable) -> Callable:
@@ -202,20 +187,20 @@ PATCHES = (
     ),
 )
 
-#: private attributes the replacements and subclasses use: (module, dotted attribute, where)
+#: private attributes the replacements and subclasses use
 RELIED_ON = (
-    (
+    Private(
         "openrlhf.trainer.ray.ppo_actor",
         "ActorPPOTrainer.__init__",
         "sets actor, strategy, vllm_engines, used by the file broadcast",
     ),
-    (
+    Private(
         "openrlhf.trainer.ray.vllm_engine",
         "RolloutRayActor.__init__",
         "takes vLLM's engine kwargs, worker_extension_cls among them; sets .llm (vLLM's AsyncLLMEngine)",
     ),
-    ("openrlhf.trainer.ray.vllm_worker_wrap", "WorkerWrap", "the worker extension CPUWorkerWrap subclasses"),
-    (
+    Private("openrlhf.trainer.ray.vllm_worker_wrap", "WorkerWrap", "the worker extension CPUWorkerWrap subclasses"),
+    Private(
         "vllm.v1.worker.gpu_model_runner",
         "GPUModelRunner.reload_weights",
         "the vLLM CPU worker's reload path (the CPU runner subclasses it)",
@@ -225,39 +210,16 @@ RELIED_ON = (
 
 def check_versions() -> None:
     """Raise naming the package whose installed version is not the pinned one."""
-    check_pinned(OPENRLHF_CPU_PINS, "sat_ext's OpenRLHF CPU setup", "sat_ext/openrlhf/cpu/upstream.py")
-
-
-def _resolve(module: ModuleType, dotted: str) -> tuple[Any, str, Any]:
-    """(owner, name, value) of ``dotted`` in ``module``; raise naming it when missing."""
-    owner: Any = module
-    *path, name = dotted.split(".")
-    for part in path:
-        owner = getattr(owner, part, None)
-        if owner is None:
-            break
-    value = getattr(owner, name, None) if owner is not None else None
-    if value is None:
-        raise RuntimeError(
-            f"sat_ext's OpenRLHF CPU setup: {module.__name__}.{dotted} is missing (written against {OPENRLHF_CPU_PINS})"
-        )
-    return owner, name, value
+    check_pinned(OPENRLHF_CPU_PINS, WHAT, WHERE)
 
 
 def apply(patch: Patch, module: ModuleType) -> None:
     """Replace ``patch``'s symbol in ``module`` (once)."""
-    owner, name, original = _resolve(module, patch.attribute)
-    if getattr(original, "_sat_ext_cpu", False):
-        return
-    replacement = patch.make(original)
-    replacement._sat_ext_cpu = True
-    setattr(owner, name, replacement)
+    apply_patch(patch, module, WHAT, OPENRLHF_CPU_PINS)
 
 
 def check_symbols() -> list[str]:
     """Import every module of :data:`PATCHES` and :data:`RELIED_ON` and check each symbol; returns them."""
-    checked = []
-    for module, attribute in [(p.module, p.attribute) for p in PATCHES] + [(m, a) for m, a, _ in RELIED_ON]:
-        _resolve(importlib.import_module(module), attribute)
-        checked.append(f"{module}.{attribute}")
-    return checked
+    for patch in PATCHES:
+        resolve(importlib.import_module(patch.module), patch.attribute, WHAT, OPENRLHF_CPU_PINS)
+    return [f"{p.module}.{p.attribute}" for p in PATCHES] + check_private(OPENRLHF_CPU_PINS, RELIED_ON, WHAT, WHERE)

@@ -5,6 +5,8 @@
 installed versions and that every patched symbol exists before changing anything, and raises naming the
 first mismatch: a verl bump must fail here, not halfway through a run. :func:`check_subclassed` runs where the
 subclass is imported (the vLLM worker process), so that importing verl's vLLM module stays out of the others.
+The mechanism (:class:`~sat_ext.pinned.Patch`, :func:`~sat_ext.pinned.apply_patch`, the member check) is
+:mod:`sat_ext.pinned`'s, shared with the OpenRLHF CPU setup; this module keeps only its entries.
 """
 
 from __future__ import annotations
@@ -13,20 +15,11 @@ import functools
 import importlib
 import importlib.metadata
 import os
-from dataclasses import dataclass
 from typing import Any, Callable
 
-from sat_ext.pinned import VERL_CPU_PINS, check_pinned
+from sat_ext.pinned import VERL_CPU_PINS, Patch, Private, apply_patch, check_pinned, check_private, resolve
 
-
-@dataclass(frozen=True)
-class Patch:
-    """``module.attribute`` is replaced by ``make(original)``; ``why`` says what fails without it."""
-
-    module: str
-    attribute: str
-    why: str
-    make: Callable[[Any], Any]
+WHAT, WHERE = "sat_ext's verl CPU setup", "sat_ext/verl/cpu/upstream.py"
 
 
 def _gloo_process_group(original: Callable) -> Callable:
@@ -125,18 +118,16 @@ MEASUREMENT_PATCHES = (
 )
 
 
-#: private methods the CPU setup overrides in a subclass (not patched): (module, class, method, why)
+#: private methods the CPU setup overrides in a subclass (not patched)
 SUBCLASSED = (
-    (
+    Private(
         "verl.workers.rollout.vllm_rollout.utils",
-        "vLLMColocateWorkerExtension",
-        "_update_weights",
+        "vLLMColocateWorkerExtension._update_weights",
         "sat_ext.verl.cpu.vllm_worker.CPUWorkerExtension loads each received bucket with vLLM's reload_weights",
     ),
-    (
+    Private(
         "verl.workers.rollout.vllm_rollout.utils",
-        "vLLMColocateWorkerExtension",
-        "_iter_all_models_with_config",
+        "vLLMColocateWorkerExtension._iter_all_models_with_config",
         "CPUWorkerExtension yields no model for verl's post-processing after the last bucket (its only use in "
         "verl 0.9.1): the reload has processed the weights, and a second pass fails on AVX512-BF16 CPUs",
     ),
@@ -145,14 +136,12 @@ SUBCLASSED = (
 
 def check_versions() -> None:
     """Raise naming the package whose installed version is not the pinned one."""
-    check_pinned(VERL_CPU_PINS, "sat_ext's verl CPU setup", "sat_ext/verl/cpu/upstream.py")
+    check_pinned(VERL_CPU_PINS, WHAT, WHERE)
 
 
-def check_subclassed() -> None:
+def check_subclassed() -> list[str]:
     """Raise naming the first method in :data:`SUBCLASSED` that the installed verl does not have."""
-    for module, cls, method, _why in SUBCLASSED:
-        if not callable(getattr(getattr(importlib.import_module(module), cls, None), method, None)):
-            raise RuntimeError(f"sat_ext's verl CPU setup overrides {module}.{cls}.{method}, which is missing")
+    return check_private(VERL_CPU_PINS, SUBCLASSED, WHAT, WHERE)
 
 
 def apply_patches() -> None:
@@ -160,15 +149,8 @@ def apply_patches() -> None:
     :data:`RETRY_SLEEP_ENV` is set."""
     check_versions()
     patches = PATCHES + (MEASUREMENT_PATCHES if os.environ.get(RETRY_SLEEP_ENV) else ())
-    targets = []
-    for patch in patches:
-        module = importlib.import_module(patch.module)
-        original = getattr(module, patch.attribute, None)
-        if original is None:
-            raise RuntimeError(f"sat_ext's verl CPU setup: {patch.module}.{patch.attribute} is missing")
-        targets.append((module, original))
-    for patch, (module, original) in zip(patches, targets, strict=True):
-        if not getattr(original, "_sat_ext_cpu", False):
-            replacement = patch.make(original)
-            replacement._sat_ext_cpu = True
-            setattr(module, patch.attribute, replacement)
+    modules = [importlib.import_module(patch.module) for patch in patches]
+    for patch, module in zip(patches, modules, strict=True):  # every symbol first: a bump changes nothing
+        resolve(module, patch.attribute, WHAT, VERL_CPU_PINS)
+    for patch, module in zip(patches, modules, strict=True):
+        apply_patch(patch, module, WHAT, VERL_CPU_PINS)
