@@ -39,7 +39,8 @@ from _common import command_line, env_lines, environment, md_table
 from _cpu_ledger import CpuLedger
 
 ROLLOUT_CORE, TRAINER_CORE = 0, 1
-SIDES = ("rollout", "trainer", "other")
+CORE_SIDES = {ROLLOUT_CORE: "rollout", TRAINER_CORE: "trainer"}
+SIDES = (*CORE_SIDES.values(), "other")
 #: process command-line fragments of each side (Ray names its actor processes ``ray::<Class>.<method>``)
 ROLLOUT_NAMES = (
     "vllm",
@@ -157,7 +158,8 @@ def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, p
     if not (model / "config.json").exists():
         write_model(model, shape)
     total = steps + mode.warmup
-    # a rerun into the same folder: the ledger counts this run's lines, and the logger appends after a resume
+    # a rerun into the same folder: verl's logger truncates metrics.jsonl only once its run is up, and the ledger,
+    # which counts the file's lines from the start, would see the last run's steps and never open its window
     for stale in (folder / "metrics.jsonl", folder / LEDGER):
         stale.unlink(missing_ok=True)
     cmd = fw.prepare(mode.variant, folder, model, total, "cpu", out)
@@ -213,7 +215,7 @@ def _write_ledger(path: Path, wall: float, spent, cores: dict[int, float]) -> No
 
 def _side(label: str) -> str:
     """A process label's side: ``rollout`` or ``trainer`` (by :func:`core_of`), else ``other``."""
-    return {ROLLOUT_CORE: "rollout", TRAINER_CORE: "trainer"}.get(core_of(label), "other")
+    return CORE_SIDES.get(core_of(label), "other")
 
 
 def cpu_stats(folder: Path, sec_per_step: float) -> dict[str, float]:
@@ -230,12 +232,12 @@ def cpu_stats(folder: Path, sec_per_step: float) -> dict[str, float]:
     wall = kept["window_s"]
     if wall <= 0:
         return {}
-    out = {f"{kind}_{side}_s": 0.0 for kind in ("cpu", "runq") for side in ("rollout", "trainer", "other")}
+    out = {f"{kind}_{side}_s": 0.0 for kind in ("cpu", "runq") for side in SIDES}
     for spent in kept["labels"].values():
         out[f"cpu_{spent['side']}_s"] += spent["cpu_s"] * sec_per_step / wall
         out[f"runq_{spent['side']}_s"] += spent["runq_s"] * sec_per_step / wall
     out["cores_busy"] = sum(s["cpu_s"] for s in kept["labels"].values()) / wall
-    for core, side in ((ROLLOUT_CORE, "rollout"), (TRAINER_CORE, "trainer")):
+    for core, side in CORE_SIDES.items():
         out[f"core_busy_{side}"] = kept.get("core_busy", {}).get(str(core), float("nan"))
     return out
 
