@@ -44,9 +44,13 @@ INERT_MARGIN = 1e-5
 endpoint, where the base loss does not clip yet; past the margin it cannot."""
 
 
-def inert_radius(eps_low: float, eps_high: float) -> float:
+def inert_radius(eps_low: float, eps_high: float, score_is_log_ratio: bool = True) -> float:
     """The q at and above which SAT cannot act: a gated token has |d| > q, so r is already outside the nominal
-    interval [1 - eps_low, 1 + eps_high] on d's side, where the base loss clips too (up to :data:`INERT_MARGIN`)."""
+    interval [1 - eps_low, 1 + eps_high] on d's side, where the base loss clips too (up to :data:`INERT_MARGIN`).
+    Infinite (never inert) when the gate's score d is not the clipped ratio's own log (``proxy="rollout"``, or
+    SAT-GSPO's ``gspo_gate_level="token"``, which gates on the token's log-ratio and clips the sequence's)."""
+    if not score_is_log_ratio:
+        return math.inf
     return max(math.log1p(eps_high), -math.log1p(-eps_low)) * (1.0 + INERT_MARGIN)
 
 
@@ -125,13 +129,14 @@ def _coefficients(eps_low: float, eps_high: float, dual: bool, device: torch.dev
 _Q = SUM_NAMES.index("q")
 
 
-def metric_vector(sums: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
+def metric_vector(sums: torch.Tensor, eps_low: float, eps_high: float, inert_at: float) -> torch.Tensor:
     """Every metric of :data:`METRIC_KEYS`, in that order, as one float32 vector, from the sums of
-    :data:`SUM_NAMES` (a float32 vector in that order, without the last without a dual clip)."""
+    :data:`SUM_NAMES` (a float32 vector in that order, without the last without a dual clip); ``inert_frac`` is
+    q >= ``inert_at`` (:func:`inert_radius`)."""
     coef, const, offset = _coefficients(eps_low, eps_high, sums.numel() == len(SUM_NAMES), sums.device)
     num, den = torch.addmv(const, coef, sums).view(2, -1)
     ratios = torch.addcdiv(offset, num, den.clamp_min_(1.0))  # offset + num / max(den, 1)
-    inert = sums[_Q : _Q + 1].ge(inert_radius(eps_low, eps_high))
+    inert = sums[_Q : _Q + 1].double().ge(inert_at)  # in float64: float32 would round a tiny radius to 0
     return torch.cat((ratios, inert.float()))
 
 

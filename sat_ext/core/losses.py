@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from .config import GSPO_LOG_RATIO_MAX, LOG_RATIO_CLAMP, SATConfig
-from .diagnostics import GATE_ROWS, GSPO_TOKEN_ROWS, METRIC_KEYS, TOKEN_ROWS, metric_dict, metric_vector
+from .diagnostics import GATE_ROWS, GSPO_TOKEN_ROWS, METRIC_KEYS, TOKEN_ROWS, inert_radius, metric_dict, metric_vector
 from .quantile import global_masked_quantile, quantile_of_zeroed, weighted_quantile
 from .scalars import scalar
 from .surrogate import SurrogateInput, attach, surrogate_part
@@ -272,9 +272,11 @@ def _surrogate_input(ratio, adv, g: Gate, act, dratio_dx, weights, cfg: SATConfi
     )
 
 
-def _result(loss_mat, sums: torch.Tensor, cfg: SATConfig, details) -> SATLossOutput:
+def _result(loss_mat, sums: torch.Tensor, cfg: SATConfig, details, token_score_in_gspo: bool = False) -> SATLossOutput:
+    """The loss's output; SAT can be certified inert only where its score is the clipped ratio's own log."""
+    radius = inert_radius(cfg.eps_low, cfg.eps_high, cfg.proxy == "old" and not token_score_in_gspo)
     return SATLossOutput(
-        loss_mat=loss_mat, metric_vector=metric_vector(sums, cfg.eps_low, cfg.eps_high), details=details
+        loss_mat=loss_mat, metric_vector=metric_vector(sums, cfg.eps_low, cfg.eps_high, radius), details=details
     )
 
 
@@ -506,4 +508,5 @@ def sat_gspo_loss(
         _, _, (clipped, *_) = surrogate_part(_surrogate_input(ratio, x.adv, g, act, None, None, cfg))
         return Detail(ratio=ratio.expand(act.shape), region=region, clipped=clipped)
 
-    return _result(attach(target, loss, coef, x.adv, x.weights), sums, cfg, details)
+    token_score = cfg.gspo_gate_level == "token"
+    return _result(attach(target, loss, coef, x.adv, x.weights), sums, cfg, details, token_score_in_gspo=token_score)
