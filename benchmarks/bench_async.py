@@ -1,7 +1,7 @@
 """What lag buys: every lag mode against synchronous training in verl's (or OpenRLHF's) own loop on the CPU.
 
     python benchmarks/bench_async.py --framework verl --steps 8 --out DIR [--modes sync,interval2,...] [--no-pin]
-    python benchmarks/bench_async.py --framework verl --verl-retry-sleep 0.05 ...   # what verl's 1 s retry costs
+    python benchmarks/bench_async.py --framework verl --verl-client verl ...   # what verl's 1 s retry sleep costs
 
 Every mode runs the smoke's setup (a tiny random Qwen3, 4 prompts x 4 samples per optimizer step, SAT, GRPO
 advantages; :mod:`sat_ext.smoke.verl_variants`, :mod:`sat_ext.smoke.openrlhf_variants`) with the same settings and
@@ -384,21 +384,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin the two sides to one core each")
     p.add_argument("--report-only", action="store_true", help="re-read the runs already in --out; run nothing")
     p.add_argument(
-        "--verl-retry-sleep",
-        type=float,
-        default=None,
-        help="verl: the seconds its rollout client sleeps before resubmitting a request a weight sync aborted (verl's "
-        "1 s; a measurement of what that sleep costs, sat_ext.verl.cpu.upstream.RETRY_SLEEP_ENV)",
+        "--verl-client",
+        choices=("sat", "verl"),
+        default="sat",
+        help="verl: the lag trainer's rollout client: sat_ext's (resubmits a request a weight sync aborted at once) or "
+        "verl's own (sleeps 1 s first); a measurement of what that sleep costs (sat_ext.verl.resubmit.CLIENT_ENV)",
     )
     args = p.parse_args(argv)
     # the runs' configs name the model folder in it; verl reads a relative path as a hub id
     args.out = args.out.resolve()
-    if args.verl_retry_sleep is not None:
-        if args.framework != "verl" or args.verl_retry_sleep < 0:
-            p.error(f"--verl-retry-sleep {args.verl_retry_sleep}: seconds >= 0, with --framework verl only")
-        from sat_ext.verl.cpu.upstream import RETRY_SLEEP_ENV
+    if args.verl_client == "verl":
+        if args.framework != "verl":
+            p.error(f"--verl-client {args.verl_client}: with --framework verl only")
+        from sat_ext.verl.resubmit import CLIENT_ENV
 
-        os.environ[RETRY_SLEEP_ENV] = str(args.verl_retry_sleep)  # every run's process tree inherits it
+        os.environ[CLIENT_ENV] = "verl"  # every run's process tree inherits it
     modes = verl_modes() if args.framework == "verl" else openrlhf_modes()
     names = args.modes.split(",") if args.modes else list(modes)
     unknown = [n for n in names if n not in modes]
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         pinned=str(args.pin),
         response_len=str(args.response_len),
         model=str(shape),
-        verl_retry_sleep_s="verl's 1" if args.verl_retry_sleep is None else str(args.verl_retry_sleep),
+        verl_client=args.verl_client if args.framework == "verl" else "-",
     )
     args.out.mkdir(parents=True, exist_ok=True)
     results, pins = {}, {}

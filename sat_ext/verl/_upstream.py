@@ -23,6 +23,7 @@ _RB = "verl.trainer.ppo.v1.replay_buffer"
 _TB = "verl.trainer.ppo.v1.trainer_base"
 _TSA = "verl.trainer.ppo.v1.trainer_separate_async"
 _TAL = "verl.experimental.agent_loop.tool_agent_loop"
+_LLM = "verl.workers.rollout.llm_server"
 
 
 PRIVATE = (
@@ -41,6 +42,8 @@ PRIVATE = (
     Private(_TB, "PPOTrainer._load_checkpoint", "overridden: the lag totals restored on resume"),
     Private(_TSA, "PPOTrainerSeparateAsync._init_resource_pool_mgr", "overridden: the kept-weights actor worker"),
     Private(_TB, "PPOTrainer._consume_sync_metrics:_pending_sync_metrics", "written: drain metrics for the step"),
+    Private(_TSA, "PPOTrainerSeparateAsync.get_llm_client:standalone_server_manager", "read: the rollout's client"),
+    Private(_LLM, "FullyAsyncLLMServerClient.generate:asyncio", "its 1 s retry sleep backs off (sat_ext.verl.resubmit)"),
     # relied on, not overridden: the smoke's calculator loop (sat_ext.smoke.verl_calc.CalcToolAgentLoop) replaces
     # attributes verl's tool agent loop reads per turn
     Private(_TAL, "ToolAgentLoop._handle_generating_state:tool_parser", "read per turn: the calculator call parser"),

@@ -20,6 +20,8 @@ Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOT
    tool observations are not masked out of the loss stops the run, before any update on it; trajectories that
    carry a per-turn version record (``extra_fields["sat_ext_turns"]``) give the per-token lag metrics
    ``lag/token_hist/<bin>`` and the rest of :mod:`sat_ext.lag.turns` once per global step.
+5. The rollout's client resubmits a request a weight sync aborted at once, not after verl's 1 s sleep
+   (:mod:`sat_ext.verl.resubmit`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from .agent_turns import loops_named, read_batch
 from .kept_weights import KeptWeightsWorker
 from .lag_overrides import TRAINER_MODE, kept_weights_spill_dir, uses_bypass
 from .prepared import prepared_lag
+from .resubmit import client_class
 
 logger = logging.getLogger(__name__)
 LAG_STATE_FILE = "sat_ext_lag.json"  # in verl's global_step_<n> folder: LagMetrics.state_dict()
@@ -184,6 +187,10 @@ class SATSeparateAsyncTrainer(TrainerSeam):
                 drained = self.replay_buffer.drain(self.global_steps)
         super().on_step_end()  # the broadcast
         self.add_pending_sync_metrics(drained)  # evictions while draining, logged with this step
+
+    def get_llm_client(self):
+        """verl's abort-and-resume client, resubmitting an aborted request at once (:mod:`sat_ext.verl.resubmit`)."""
+        return self.standalone_server_manager.get_client(client_cls=client_class())
 
     def submit_batch_to_rollout(self, batch) -> int:
         """verl's dispatch, with the order noted in the sampler: batches are taken in the order their prompts reached

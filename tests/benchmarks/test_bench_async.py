@@ -25,9 +25,7 @@ def test_each_side_gets_its_core(text, core):
     assert B.core_of(text) == core
 
 
-@pytest.mark.parametrize("argv", [["--framework", "openrlhf"], ["--framework", "verl"]])
-def test_the_retry_sleep_switch_is_verl_only_and_non_negative(argv, tmp_path, capsys):
-    sleep = "0.05" if argv[1] == "openrlhf" else "-1"
+def test_the_client_switch_is_verl_only(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        B.main([*argv, "--verl-retry-sleep", sleep, "--out", str(tmp_path)])
-    assert "--verl-retry-sleep" in capsys.readouterr().err
+        B.main(["--framework", "openrlhf", "--verl-client", "verl", "--out", str(tmp_path)])
+    assert "--verl-client" in capsys.readouterr().err

@@ -95,30 +95,6 @@ def test_every_patched_symbol_exists_in_the_pinned_versions():
     assert out.returncode == 0 and out.stdout.splitlines()[-1] == "ok", out.stderr[-2000:]
 
 
-RETRY_PROBE = """
-import asyncio, time, verl
-import verl.workers.rollout.llm_server as m
-start = time.perf_counter()
-asyncio.run(m.asyncio.sleep(1))
-print(type(m.asyncio).__name__, round(time.perf_counter() - start, 2))
-"""
-
-
-def test_the_retry_sleep_switch_shortens_only_verls_one_second_retry():
-    """bench_async's --verl-retry-sleep: off unless set (verl's own 1 s sleep before resubmitting an aborted request);
-    set, the llm_server module's 1-second sleeps last the given time, and its other asyncio uses are asyncio's."""
-    out = _probe(RETRY_PROBE, SAT_EXT_VERL_CPU="1")
-    assert out.returncode == 0, out.stderr[-2000:]
-    kind, seconds = out.stdout.split()[-2:]
-    assert kind == "module" and float(seconds) >= 1.0
-    out = _probe(
-        RETRY_PROBE + "print(m.asyncio.Queue is asyncio.Queue)", SAT_EXT_VERL_CPU="1", SAT_EXT_VERL_RETRY_SLEEP_S="0.05"
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    kind, seconds, same_queue = out.stdout.split()[-3:]
-    assert kind == "_RetrySleep" and float(seconds) < 0.5 and same_queue == "True"
-
-
 def test_verls_post_processing_after_the_reload_sees_no_model():
     """verl post-processes the models of ``_iter_all_models_with_config`` after the last bucket (that method's only
     use in verl 0.9.1); the CPU extension's reload has processed them, and a second pass fails on AVX512-BF16

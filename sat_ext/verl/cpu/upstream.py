@@ -14,8 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
-import os
-from typing import Any, Callable
+from typing import Callable
 
 from sat_ext.pinned import VERL_CPU_PINS, Patch, Private, apply_patch, check_pinned, check_private, resolve
 
@@ -83,41 +82,6 @@ PATCHES = (
 )
 
 
-RETRY_SLEEP_ENV = "SAT_EXT_VERL_RETRY_SLEEP_S"
-"""A measurement switch, off unless set (``benchmarks/bench_async.py --verl-retry-sleep``): verl's rollout client
-sleeps 1 s before it resubmits a request that a weight sync aborted (llm_server.py, ``FullyAsyncLLMServerClient.
-generate``); with this set, that sleep lasts this many seconds instead, to measure what the sleep costs."""
-
-
-class _RetrySleep:
-    """The ``asyncio`` module as ``llm_server`` sees it, its 1-second retry sleeps lasting ``seconds`` instead."""
-
-    def __init__(self, real: Any, seconds: float):
-        self._real, self._seconds = real, seconds
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-    async def sleep(self, delay: float, result: Any = None) -> Any:
-        return await self._real.sleep(self._seconds if delay == 1 else delay, result)
-
-
-def _retry_sleep(original: Any) -> Any:
-    return _RetrySleep(original, float(os.environ[RETRY_SLEEP_ENV]))
-
-
-#: applied only where :data:`RETRY_SLEEP_ENV` is set: a measurement, not part of the CPU setup
-MEASUREMENT_PATCHES = (
-    Patch(
-        "verl.workers.rollout.llm_server",
-        "asyncio",
-        "verl resubmits a request aborted by a weight sync after a 1 s sleep (the resume loop of "
-        f"FullyAsyncLLMServerClient.generate); {RETRY_SLEEP_ENV} shortens it to measure its cost",
-        _retry_sleep,
-    ),
-)
-
-
 #: private methods the CPU setup overrides in a subclass (not patched)
 SUBCLASSED = (
     Private(
@@ -145,10 +109,9 @@ def check_subclassed() -> list[str]:
 
 
 def apply_patches() -> None:
-    """Check versions and symbols, then apply :data:`PATCHES` (each once), and :data:`MEASUREMENT_PATCHES` where
-    :data:`RETRY_SLEEP_ENV` is set."""
+    """Check versions and symbols, then apply :data:`PATCHES` (each once)."""
     check_versions()
-    patches = PATCHES + (MEASUREMENT_PATCHES if os.environ.get(RETRY_SLEEP_ENV) else ())
+    patches = PATCHES
     modules = [importlib.import_module(patch.module) for patch in patches]
     for patch, module in zip(patches, modules, strict=True):  # every symbol first: a bump changes nothing
         resolve(module, patch.attribute, WHAT, VERL_CPU_PINS)
