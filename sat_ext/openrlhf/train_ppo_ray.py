@@ -11,8 +11,9 @@ parsing, validation and ``train()`` are upstream's), plus the launcher's extensi
    the workers get) and refuses a bad configuration with a message naming the flag (exit status 2).
 
 Every other flag reaches OpenRLHF untouched; with a non-SAT loss and no ``--sat.*`` or ``--lag.*`` flag the
-run is plain OpenRLHF. :data:`EXTENSIONS` holds SAT and LAG, the asynchronous lag modes of :mod:`sat_ext.lag`
-(:mod:`sat_ext.openrlhf.lag`, docs/openrlhf_lag.md).
+run is plain OpenRLHF. :data:`EXTENSIONS` holds SAT, LAG, the asynchronous lag modes of :mod:`sat_ext.lag`
+(:mod:`sat_ext.openrlhf.lag`, docs/openrlhf_lag.md), and AGENT, which adds nothing but the launch check of
+OpenRLHF's ``--train.agent_func_path`` (:mod:`sat_ext.openrlhf.agent`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from sat_ext.pinned import LOSS_NAMES, OPENRLHF
 
 from . import _upstream
 from . import lag as _lag
+from .agent import check_agent_args
 from .config import SAT_OPTION_CHOICES, SAT_OPTION_DEFAULTS, SAT_OPTIONS, check_openrlhf_args, sat_options
 
 OPENRLHF_CLI = "openrlhf.cli.train_ppo_ray"
@@ -106,7 +108,9 @@ def _install_sat() -> None:
 
 SAT = Extension("sat", LOSS_NAMES, _add_sat_arguments, _check_sat_args, _install_sat)
 LAG = Extension("lag", (), _lag.add_lag_arguments, _lag.check_lag_args, _lag.install)  # sat_ext.openrlhf.lag
-EXTENSIONS: tuple[Extension, ...] = (SAT, LAG)
+# OpenRLHF's own --train.agent_func_path, checked before Ray starts (sat_ext.openrlhf.agent): no flag, no swap
+AGENT = Extension("agent", (), lambda parser: None, check_agent_args, lambda: None)
+EXTENSIONS: tuple[Extension, ...] = (SAT, LAG, AGENT)
 
 
 def _extend_parser(parser: argparse.ArgumentParser, extensions: Sequence[Extension]) -> None:

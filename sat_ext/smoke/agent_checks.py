@@ -1,17 +1,25 @@
-"""What the ``agent-bounded2`` smoke run must show beyond the lag variants' rows (:mod:`sat_ext.smoke.checks`).
+"""What the agent smoke runs must show beyond the lag variants' rows (:mod:`sat_ext.smoke.checks`): verl's
+``agent-bounded2`` and OpenRLHF's ``agent-bounded1``.
 
-Read from verl's step log and from the episodes file the agent loop writes (:mod:`sat_ext.smoke.verl_calc`, one
-JSON line per episode):
+Read from the framework's step log and from the episodes file the agent writes (:mod:`sat_ext.smoke.verl_calc`,
+:mod:`sat_ext.smoke.openrlhf_calc`, one JSON line per episode):
 
 - ``tool calls``: every episode made one calculator call per turn but the last, each executed by the tool
   (noted by the tool itself) and each result found among the tokens of the next turn's prompt, and there were at
   least as many episodes as the run trained on;
-- ``turns``: verl's ``training/num_turns/min`` and ``/max`` are the episode's turn count on every step;
+- ``turns`` (verl): verl's ``training/num_turns/min`` and ``/max`` are the episode's turn count on every step;
 - ``token lags``: the per-token lag metrics (:mod:`sat_ext.lag.turns`) on every step, every loss token's lag known
-  (``lag/token_unrecorded`` = 0), the turn records agree with verl's version tags (``lag/turn_tag_mismatch`` = 0),
+  (``lag/token_unrecorded`` = 0), the turn records agree with the version tags (``lag/turn_tag_mismatch`` = 0),
   and no token lag over the bound or over the step's ``lag/max``; the detail is the run's token-lag histogram;
-- ``episodes across versions``: the episodes whose turns came from more than one weight version (SKIP when a
-  sync never landed inside an episode: the run cannot force one).
+- ``episodes across versions`` (verl): the episodes whose turns came from more than one weight version (SKIP when
+  a sync never landed inside an episode: the run cannot force one);
+- ``observations masked`` (OpenRLHF): every episode has tool-observation tokens between its turns, and on every
+  step the trained samples' action-mask ones are exactly the tokens the agent generated (``lag/token_unrecorded``
+  = 0): no observation token is in the loss or in SAT's quantile;
+- ``agent counters`` (OpenRLHF): the agent's own counters, which OpenRLHF logs from its ``extra_logs``: one
+  executed call per turn but the last in every sample (``agent/tool_calls``), and the format failures;
+- ``one version per batch`` (OpenRLHF): every loss token of a step has the same lag
+  (``lag/token_lag_spread/max`` = 0): OpenRLHF generates a batch, all its turns, on one version.
 """
 
 from __future__ import annotations
@@ -103,4 +111,49 @@ def check_spanning(episodes: list[dict]) -> CheckResult:
         True,
         f"{len(spanning)}/{len(episodes)} episodes' turns came from more than one version, e.g. turns "
         f"[tokens, oldest, newest] {spanning[0]['turns']}",
+    )
+
+
+def check_observations_masked(episodes: list[dict], records: list[Record]) -> CheckResult:
+    """Every episode has observation tokens, and no trained sample has a loss token its agent did not generate."""
+    unmasked = [e for e in episodes if not e.get("observation_tokens", 0) > 0]
+    leaked = [(r.step, r.values.get("lag/token_unrecorded")) for r in records]
+    leaked = [(step, v) for step, v in leaked if v != 0.0]
+    observed = sum(e.get("observation_tokens", 0) for e in episodes)
+    detail = (
+        f"{observed} tool-observation tokens between the turns of {len(episodes)} episodes; action-mask ones = the "
+        "agent's generated tokens in every trained sample (lag/token_unrecorded 0 on every step)"
+    )
+    if unmasked:
+        detail = f"{len(unmasked)} episodes with no observation tokens, e.g. {unmasked[0]}"
+    elif leaked:
+        detail = f"loss tokens that the agent did not generate (step, lag/token_unrecorded): {leaked[:3]}"
+    return CheckResult("observations masked", bool(episodes) and not unmasked and not leaked, detail)
+
+
+def check_agent_counters(records: list[Record], calls: int) -> CheckResult:
+    """OpenRLHF's per-step means of the agent's ``agent/tool_calls`` (want ``calls``) and
+    ``agent/format_failures``."""
+    got = [(r.step, r.values.get("agent/tool_calls")) for r in records]
+    bad = [g for g in got if g[1] != float(calls)]
+    failures = [r.values.get("agent/format_failures", math.nan) for r in records]
+    return CheckResult(
+        "agent counters",
+        not bad and all(math.isfinite(f) for f in failures),
+        f"agent/tool_calls {calls} per sample on every step; agent/format_failures per sample "
+        f"{', '.join(f'{f:g}' for f in failures)}"
+        if not bad
+        else f"agent/tool_calls (step, mean) not {calls}: {bad[:3]}",
+    )
+
+
+def check_one_version_per_batch(records: list[Record]) -> CheckResult:
+    spread = [(r.step, r.values.get("lag/token_lag_spread/max")) for r in records]
+    bad = [s for s in spread if s[1] != 0.0]
+    return CheckResult(
+        "one version per batch",
+        not bad,
+        "lag/token_lag_spread/max 0 on every step: every token of a batch has the batch's lag"
+        if not bad
+        else f"token lags differ inside a batch (step, spread): {bad[:3]}",
     )

@@ -13,7 +13,11 @@ denominator, the only one OpenRLHF has):
   ``python -m sat_ext.openrlhf.train_ppo_ray``;
 - ``interval2`` (sat, asynchronous): the launcher, ``--lag.mode interval --lag.interval 2 --lag.prefetch 1``;
 - ``bounded1-drop`` (sat, asynchronous): the launcher, ``--lag.mode bounded --lag.max_lag 1 --lag.over_bound
-  drop``, oversampling.
+  drop``, oversampling;
+- not in the default set: ``agent-bounded1`` (sat, asynchronous): the launcher, ``--lag.mode bounded --lag.max_lag 1
+  --lag.over_bound wait``, every prompt a calculator episode of 4 assistant and 3 tool turns through OpenRLHF's own
+  agent path (``--train.agent_func_path`` :mod:`sat_ext.smoke.openrlhf_calc`, the reward computed there), the tool
+  observations out of the action mask.
 
 ``bounded1-drop`` forces drops with OpenRLHF's own oversampling: vLLM generates one prompt more per call than a
 step takes (``--rollout.vllm_generate_batch_size`` = ``--rollout.batch_size`` + 1), and the leftovers wait in
@@ -21,6 +25,14 @@ OpenRLHF's sample buffer. With a rollout batch of max(4, steps) prompts every st
 leftover groups generated two syncs back (lag 2 > 1: dropped and counted) with fresh ones (lag 1: trained), and
 no step is left empty. Its optimizer step is one prompt group (``--train.batch_size`` = 4 samples), so a step
 that drops groups still takes whole optimizer steps.
+
+``agent-bounded1`` takes the bound OpenRLHF's asynchronous trainer always has: the next batch is generated while
+the current one trains (lag 1), and a batch cannot be older, with ``--train.async_queue_size`` 1 (what the launcher
+sets for max lag 1) and no oversampling (``wait`` refuses it). A larger bound only lets the queue run further
+ahead: it cannot make an episode's turns span versions, since a batch, every turn of every episode, is generated
+while the generator holds OpenRLHF's vLLM lock (ppo_trainer_async.py:128-140), which a weight broadcast must take
+(:255-265), and sat_ext's bounded mode refuses partial rollout, which would lift that lock. Each token therefore
+has its batch's lag.
 
 The step log is OpenRLHF's TensorBoard logger's (:mod:`sat_ext.smoke.tensorboard`).
 """
@@ -40,8 +52,9 @@ from pathlib import Path
 from sat_ext.metric_names import OPENRLHF_NAMES
 from sat_ext.runlog import CheckResult, Expectation, Record, check_run, read_log
 
-from . import checks
+from . import agent_checks, checks
 from .assets import openrlhf_rows, write_jsonl
+from .calc import EPISODES, EPISODES_ENV, TURN_TOKENS, TURNS
 from .runner import Command
 from .tensorboard import write_metrics
 
@@ -51,6 +64,7 @@ BATCH = 4  # prompts per trainer step
 GROUP = 4  # samples per prompt
 RESPONSE_LEN = 16
 MAX_LEN = 48  # prompt (about 26 tokens) + response
+AGENT_MAX_LEN = 160  # prompt (at most 25 tokens) + 4 turns of 8 tokens + 3 tool turns of at most 26: 135
 PATCH = "openrlhf-0.11.2-policy-loss-registry.diff"
 SAT_KWARGS = {"quantile": 0.9}  # the paper's alpha, given explicitly: the patched CLI's JSON flag is exercised
 TENSORBOARD = "tensorboard"
@@ -69,6 +83,7 @@ class Variant:
     ranks: int = 1  # DeepSpeed ranks
     gate_scope: str | None = None
     forced_drops: bool = False  # oversampling leftovers over the bound
+    agent: bool = False  # every prompt a calculator episode through --train.agent_func_path
 
     def batch(self, steps: int) -> int:
         """Prompts per trainer step."""
@@ -82,9 +97,11 @@ VARIANTS: dict[str, Variant] = {
         Variant("sync-sat_gspo", "sat_gspo", ranks=2, gate_scope="global"),
         Variant("interval2", "sat", {"mode": "interval", "interval": 2, "prefetch": 1}),
         Variant("bounded1-drop", "sat", {"mode": "bounded", "max_lag": 1, "over_bound": "drop"}, forced_drops=True),
+        # not run by default
+        Variant("agent-bounded1", "sat", {"mode": "bounded", "max_lag": 1, "over_bound": "wait"}, agent=True),
     )
 }
-DEFAULT = tuple(VARIANTS)
+DEFAULT = ("sync-sat", "sync-sat_gspo", "interval2", "bounded1-drop")
 
 
 def patched_openrlhf(scratch: Path) -> Path:
@@ -105,6 +122,13 @@ def patched_openrlhf(scratch: Path) -> Path:
     if proc.returncode:
         raise RuntimeError(f"git apply {patch} failed on a copy of the installed OpenRLHF: {proc.stderr.strip()}")
     return root
+
+
+def _reward(variant: Variant) -> list[str]:
+    """The reward: the smoke's reward function, or the agent file that computes it (OpenRLHF's agent path)."""
+    if variant.agent:
+        return ["--train.agent_func_path", str(Path(__file__).with_name("openrlhf_calc.py"))]
+    return ["--reward.remote_url", str(Path(__file__).with_name("reward.py"))]
 
 
 def _flags(variant: Variant, folder: Path, model: Path, data: Path, steps: int) -> list[str]:
@@ -130,8 +154,7 @@ def _flags(variant: Variant, folder: Path, model: Path, data: Path, steps: int) 
         "--data.label_key",
         "label",
         "--data.apply_chat_template",
-        "--reward.remote_url",
-        str(Path(__file__).with_name("reward.py")),
+        *_reward(variant),
         "--algo.advantage.estimator",
         "group_norm",
         "--algo.kl.init_coef",
@@ -143,9 +166,10 @@ def _flags(variant: Variant, folder: Path, model: Path, data: Path, steps: int) 
         "--rollout.micro_batch_size",
         str(samples // variant.ranks),
         "--rollout.max_new_tokens",
-        str(RESPONSE_LEN),
+        # an agent: only the prompt's truncation margin (utils/agent.py:62); each turn's budget is reset (:94)
+        str(TURN_TOKENS if variant.agent else RESPONSE_LEN),
         "--data.max_len",
-        str(MAX_LEN),
+        str(AGENT_MAX_LEN if variant.agent else MAX_LEN),
         "--rollout.temperature",
         "1.0",
         "--rollout.top_p",
@@ -206,6 +230,9 @@ def prepare(variant: Variant, folder: Path, model: Path, steps: int, device: str
     if device == "cpu":
         argv += CPU_FLAGS
     env = run_environment(device, scratch / "hf_datasets", path)
+    if variant.agent:
+        (folder / EPISODES).unlink(missing_ok=True)
+        env[EPISODES_ENV] = str(folder.resolve() / EPISODES)
     return Command(argv, env)
 
 
@@ -262,4 +289,13 @@ def variant_checks(variant: Variant, folder: Path, records: list[Record], steps:
     if lag.get("mode") == "bounded":
         rows.append(checks.check_bound(records, lag["max_lag"]))
         rows.append(checks.check_drops(records, forced=variant.forced_drops, failed_key=None))
+    if variant.agent:
+        episodes = agent_checks.read_episodes(folder / EPISODES)
+        rows += [
+            agent_checks.check_tool_calls(episodes, TURNS, trained=steps * variant.batch(steps) * GROUP),
+            agent_checks.check_agent_counters(records, TURNS - 1),
+            agent_checks.check_observations_masked(episodes, records),
+            agent_checks.check_token_lags(records, lag["max_lag"]),
+            agent_checks.check_one_version_per_batch(records),
+        ]
     return rows

@@ -3,12 +3,13 @@ every turn read as a calculator call.
 
 The smoke's random model cannot write verl's hermes call format (its vocabulary has no ``< > { } "``), so
 :class:`CalcToolAgentLoop` changes only how a turn is *read*: :class:`CalculatorCallParser` takes each turn's digit
-groups as ``calculator(expression="a+b+...")``. The tokens stay the model's own samples, with their log-probs;
-everything else is verl's ``ToolAgentLoop`` (``tool_agent_loop.py``): its state machine, the tool call through
-verl's tool registry (:class:`CalculatorTool`, loaded from ``multi_turn.tool_config_path``), the observation
-rendered by the chat template and merged with response_mask 0 and log-prob 0.0, the response assembly and the cut
-to ``response_length``. A turn is capped at :data:`TURN_TOKENS` new tokens, and the episode's per-turn weight
-versions are recorded (:class:`sat_ext.verl.agent_turns.TurnRecorder`, ``extra_fields["sat_ext_turns"]``).
+groups as ``calculator(expression="a+b+...")`` (the rules of :mod:`sat_ext.smoke.calc`). The tokens stay the model's
+own samples, with their log-probs; everything else is verl's ``ToolAgentLoop`` (``tool_agent_loop.py``): its state
+machine, the tool call through verl's tool registry (:class:`CalculatorTool`, loaded from
+``multi_turn.tool_config_path``), the observation rendered by the chat template and merged with response_mask 0
+and log-prob 0.0, the response assembly and the cut to ``response_length``. A turn is capped at
+:data:`TURN_TOKENS` new tokens, and the episode's per-turn weight versions are recorded
+(:class:`sat_ext.verl.agent_turns.TurnRecorder`, ``extra_fields["sat_ext_turns"]``).
 
 Where :data:`EPISODES_ENV` names a file, each episode appends one JSON line to it: its turn record, ``num_turns``,
 the tool calls (expression, result) and how many results reached the model (found among the prompt tokens of the
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 from typing import Any
 
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
@@ -31,24 +31,9 @@ from verl.tools.schemas import ToolResponse
 from sat_ext.lag.turns import TURNS_KEY
 from sat_ext.verl.agent_turns import TurnRecorder
 
-TOOL_NAME = "calculator"
-TURN_TOKENS = 8  # new tokens per assistant turn
-MAX_TERMS, MAX_DIGITS = 4, 4  # an expression's digit groups: every result has at most 5 digits
+from .calc import EPISODES_ENV, TOOL_NAME, TURN_TOKENS, evaluate, expression, observations_seen
+
 CALLS_KEY = "sat_ext_tool_calls"  # extra_fields: [expression, result] per call, written by the tool
-EPISODES_ENV = "SAT_EXT_SMOKE_EPISODES"
-
-
-def expression(text: str) -> str:
-    """The calculator call a turn's text is read as: its first :data:`MAX_TERMS` digit groups (each cut to
-    :data:`MAX_DIGITS` digits) joined by ``+``; "0" when it has none."""
-    return "+".join(group[:MAX_DIGITS] for group in re.findall(r"\d+", text)[:MAX_TERMS]) or "0"
-
-
-def evaluate(expr: object) -> str:
-    """The sum of ``expr``'s ``+``-separated digit groups, as digits; raises ValueError naming anything else."""
-    if not isinstance(expr, str) or not re.fullmatch(r"\d+(\+\d+)*", expr):
-        raise ValueError(f"calculator: expression must be digit groups joined by '+', got {expr!r}")
-    return str(sum(int(term) for term in expr.split("+")))
 
 
 class CalculatorTool(BaseTool):
@@ -79,10 +64,6 @@ class CalculatorCallParser(ToolParser):
         special = set(self.tokenizer.all_special_ids)
         text = "".join(self.tokenizer.convert_ids_to_tokens([i for i in responses_ids if i not in special]))
         return text, [FunctionCall(name=TOOL_NAME, arguments=json.dumps({"expression": expression(text)}))]
-
-
-def _contains(tokens: list[int], part: list[int]) -> bool:
-    return any(tokens[i : i + len(part)] == part for i in range(len(tokens) - len(part) + 1))
 
 
 class CalcToolAgentLoop(ToolAgentLoop):
@@ -117,12 +98,8 @@ class CalcToolAgentLoop(ToolAgentLoop):
         """The episode's JSON line: turn record, ``num_turns``, tool calls, and ``observations_seen``: the calls
         whose result's tokens are in the prompt of the next ``generate`` call, after the turn that made the call."""
         calls = output.extra_fields.get(CALLS_KEY, [])
-        prompts, turns = self.recorder.prompt_ids, self.recorder.turns
-        seen = 0
-        for k, (_, result) in enumerate(calls):
-            if k + 1 < len(prompts):
-                added = prompts[k + 1][len(prompts[k]) + turns[k].tokens :]
-                seen += _contains(added, self.tokenizer.encode(result, add_special_tokens=False))
+        results = [self.tokenizer.encode(result, add_special_tokens=False) for _, result in calls]
+        seen = observations_seen(self.recorder.prompt_ids, [t.tokens for t in self.recorder.turns], results)
         return {
             "num_turns": output.num_turns,
             "turns": output.extra_fields[TURNS_KEY],

@@ -29,6 +29,7 @@ from sat_ext.verl.lag_overrides import verl_overrides
 
 from . import agent_checks, checks
 from .assets import prompt_rows, write_data
+from .calc import EPISODES, EPISODES_ENV, TOOL_NAME, TURNS
 from .runner import Command
 
 NAME = "verl"
@@ -40,12 +41,10 @@ RESPONSE_LEN = 16
 PROMPT_LEN = 32
 STRAGGLER_ROW, FAILURE_ROW = 0, 1  # in the warm-up prompts (the data is not shuffled)
 STRAGGLER, FAILURE = "sat_ext_smoke_straggler", "sat_ext_smoke_failure"  # agent loop names
-CALC = "sat_ext_smoke_calc"  # agent-bounded2's agent loop
-AGENT_TURNS = 4  # assistant turns per agent episode: 4 turns + 3 tool calls, verl's num_turns 4 + 3 + 1
+CALC = "sat_ext_smoke_calc"  # agent-bounded2's agent loop: TURNS assistant turns, verl's num_turns 4 + 3 + 1
 AGENT_RESPONSE_LEN = 128  # 4 turns of 8 tokens + 3 observations of at most 25 tokens (chat-template scaffolding)
 AGENT_TOOL_RESPONSE_LEN = 8  # characters of a tool result (the calculator's have at most 5)
 TOOL_LATENCY_S = 3.0  # per calculator call: episodes stay in flight while the trainer steps, so syncs land inside
-EPISODES = "episodes.jsonl"  # in the variant folder: one line per agent episode (sat_ext.smoke.verl_calc)
 
 
 @dataclass(frozen=True)
@@ -188,7 +187,7 @@ def _agent(paths: Paths) -> list[str]:
     return [
         f"actor_rollout_ref.rollout.agent.default_agent_loop={CALC}",
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={paths.tools}",
-        f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={AGENT_TURNS}",
+        f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={TURNS}",
         f"actor_rollout_ref.rollout.multi_turn.max_tool_response_length={AGENT_TOOL_RESPONSE_LEN}",
     ]
 
@@ -229,8 +228,6 @@ def write_agent_loops(path: Path, variant: Variant) -> Path:
 def write_tools(path: Path, latency_s: float = TOOL_LATENCY_S) -> Path:
     """The tool config verl reads from ``multi_turn.tool_config_path`` (JSON, which is YAML): the calculator,
     ``latency_s`` seconds a call."""
-    from .verl_calc import TOOL_NAME
-
     schema = {
         "type": "function",
         "function": {
@@ -280,8 +277,6 @@ def prepare(variant: Variant, folder: Path, model: Path, steps: int, device: str
         "TOKENIZERS_PARALLELISM": "false",
     }
     if variant.agent:
-        from .verl_calc import EPISODES_ENV
-
         (folder / EPISODES).unlink(missing_ok=True)
         env[EPISODES_ENV] = str(folder.resolve() / EPISODES)
     return Command(cmd.argv, env)
@@ -323,8 +318,8 @@ def variant_checks(variant: Variant, folder: Path, records: list[Record], steps:
     if variant.agent:
         episodes = agent_checks.read_episodes(folder / EPISODES)
         rows += [
-            agent_checks.check_tool_calls(episodes, AGENT_TURNS, trained=steps * BATCH * GROUP),
-            agent_checks.check_num_turns(records, 2 * AGENT_TURNS),
+            agent_checks.check_tool_calls(episodes, TURNS, trained=steps * BATCH * GROUP),
+            agent_checks.check_num_turns(records, 2 * TURNS),
             agent_checks.check_token_lags(records, lag["max_lag"]),
             agent_checks.check_spanning(episodes),
         ]

@@ -27,7 +27,7 @@ from sat_ext.smoke.tensorboard import read_scalars, write_metrics  # noqa: E402
 
 STUBS = Path(__file__).resolve().parents[1] / "openrlhf"
 PARSE = textwrap.dedent("""
-    import json, sys
+    import contextlib, io, json, sys
     sys.path.insert(0, sys.argv[1])
     import _openrlhf_stubs
     _openrlhf_stubs.install()  # flash_attn, imported by OpenRLHF's CLI module
@@ -42,15 +42,17 @@ PARSE = textwrap.dedent("""
     out = {}
     for name, argv in json.loads(sys.argv[2]).items():
         extensions = (*launcher.EXTENSIONS, launcher.Extension("stop", (), lambda p: None, stop, lambda: None))
+        err = io.StringIO()
         try:
-            launcher.main(argv, extensions=extensions if name.startswith("launcher") else extensions[-1:])
+            with contextlib.redirect_stderr(err):
+                launcher.main(argv, extensions=extensions if name.startswith("launcher") else extensions[-1:])
         except Stop as s:
             a = s.args[0]
             out[name] = {"loss": a.actor.policy_loss_type, "queue": a.train.async_queue_size,
                          "lag": vars(a.lag) if hasattr(a, "lag") else {},
                          "kwargs": getattr(a.actor, "policy_loss_kwargs", None)}
         except SystemExit as e:
-            out[name] = {"exit": e.code}
+            out[name] = {"exit": e.code, "error": err.getvalue().strip().splitlines()[-1]}
     print("RESULT " + json.dumps(out))
 """)
 
@@ -91,6 +93,33 @@ def test_each_variants_command_passes_openrlhfs_parser_and_the_launch_checks(tmp
         lag = ov.VARIANTS[name].lag or {}
         assert result["loss"] == ov.VARIANTS[name].loss and result["lag"] == lag, (key, result)
     assert got["launcher:bounded1-drop:cpu"]["queue"] == 1 and got["launcher:interval2:cpu"]["queue"] == 1
+
+
+def test_agent_bounded1_runs_openrlhfs_agent_path_and_a_bad_agent_file_is_refused_at_launch(tmp_path):
+    variant = ov.VARIANTS["agent-bounded1"]
+    assert variant.name not in ov.DEFAULT  # opt-in: --variants agent-bounded1
+    cmd = ov.prepare(variant, tmp_path / "agent", Path("/m"), 4, "cpu", tmp_path / "scratch")
+    argv = _argv(cmd)
+    agent = argv[argv.index("--train.agent_func_path") + 1]
+    assert agent == str(Path(ov.__file__).with_name("openrlhf_calc.py")) and "--reward.remote_url" not in argv
+    assert cmd.env["SAT_EXT_SMOKE_EPISODES"] == str((tmp_path / "agent" / "episodes.jsonl").resolve())
+    no_executor = tmp_path / "agent.py"
+    no_executor.write_text("x = 1\n")
+    cases = {
+        f"launcher:{name}": [str(path) if a == agent else a for a in argv]
+        for name, path in (("missing", tmp_path / "missing.py"), ("no_executor", no_executor))
+    }
+    got = _parse(cases)
+    assert got["launcher:missing"] == {
+        "exit": 2,
+        "error": f"train_ppo_ray.py: error: --train.agent_func_path {tmp_path / 'missing.py'}: no such file (the "
+        "path is read by each vLLM actor, so give it absolute)",
+    }
+    assert got["launcher:no_executor"]["exit"] == 2
+    assert (
+        f"--train.agent_func_path {no_executor}: the file defines no AgentExecutor"
+        in got["launcher:no_executor"]["error"]
+    )
 
 
 def test_sync_sat_runs_openrlhfs_plain_cli_on_a_patched_copy(tmp_path):

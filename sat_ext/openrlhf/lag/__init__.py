@@ -33,7 +33,10 @@ when the trainer consumes it.
 Metrics: :class:`sat_ext.lag.LagMetrics`' flat dict (``lag/min``, ``lag/mean``, ``lag/max``, ``lag/hist/*``,
 ``lag/dropped``, ``lag/regenerated``, ``lag/producer_idle_s``, ``lag/consumer_idle_s``, ...) plus
 ``lag/broadcast``, added to the status dict ``train_step`` returns, which OpenRLHF's ``fit`` hands to its
-loggers (wandb, TensorBoard, the console): the same keys every step.
+loggers (wandb, TensorBoard, the console): the same keys every step. Where an agent (``--train.agent_func_path``)
+reports the tokens it generated per episode (``extra_logs["sat_ext_generated_tokens"]``, docs/agent.md), the
+per-token ones of :class:`sat_ext.lag.turns.TokenLagMetrics` too (``lag/token_hist/*``, ``lag/token_lag/*``,
+``lag/token_unrecorded``: loss tokens that are not generated ones, e.g. tool observations left in the action mask).
 
 How it reaches the Ray workers: :func:`install` (run by the launcher before OpenRLHF's CLI) replaces
 ``openrlhf.trainer.ppo_trainer_async.PPOTrainerAsync``, which OpenRLHF's ``train()`` looks up when it runs, by

@@ -8,11 +8,12 @@ from types import SimpleNamespace
 
 from sat_ext.lag.accounting import batch_lags
 from sat_ext.lag.metrics import LagMetrics
+from sat_ext.lag.turns import TokenLagMetrics
 
 from .. import _upstream
 from .clock import LagClock
 from .flags import lag_config
-from .samples import _prompt_groups, _response_tokens, _span, _tag
+from .samples import _prompt_groups, _response_tokens, _span, _tag, _trajectory
 from .timing import _Counted, _TimedLock, _TimedQueue
 
 LAG_STATE_KEY = "sat_ext_lag"  # in OpenRLHF's checkpoint client states: LagMetrics.state_dict()
@@ -131,7 +132,8 @@ def lag_actor_classes() -> SimpleNamespace:
         """OpenRLHF's trainer with the consumption check, per-step lag metrics and interval mode's broadcasts.
 
         Wraps (nothing copied): ``fit`` (starts the clock at the resumed step), ``train_step`` (lags of the
-        consumed samples, the bound, the metrics added to the returned status), ``broadcast_to_vllm``
+        consumed samples, the bound, the metrics added to the returned status, with the per-token ones where an
+        agent reported its generated tokens: :func:`.samples._trajectory`), ``broadcast_to_vllm``
         (interval mode: skipped between syncs, and a sync waits for the batches scheduled on the current
         weights), and the handles of the rollout queue and the vLLM lock (their waits count as trainer idle
         time). The version is published by :class:`_LagSync`, inside OpenRLHF's lock.
@@ -142,6 +144,7 @@ def lag_actor_classes() -> SimpleNamespace:
             self.lag_clock = lag_clock
             self.lag_cfg = cfg = lag_config(self.args)
             self.lag_metrics = LagMetrics(cfg.hist_edges, interval_schedule=cfg.mode == "interval")
+            self.token_lags = TokenLagMetrics(cfg.hist_edges)
             self._lag_in_step = False
             self._lag_pending_version = None
             self._lag_step = 0
@@ -191,7 +194,9 @@ def lag_actor_classes() -> SimpleNamespace:
                     ray.get(self.lag_clock.requeue.remote(requeue))
             keep = [not stale for stale in over]
             self.lag_metrics.record_batch(lags, tokens, keep)
-            return [sample for sample, kept in zip(rollout_samples, keep, strict=True) if kept]
+            kept = [sample for sample, stays in zip(rollout_samples, keep, strict=True) if stays]
+            self.token_lags.record_batch(version, [_trajectory(sample) for sample in kept])
+            return kept
 
         def train_step(self, rollout_samples, global_step: int):
             cfg = self.lag_cfg
@@ -211,6 +216,7 @@ def lag_actor_classes() -> SimpleNamespace:
             self.lag_metrics.add_producer_idle(ray.get(self.lag_clock.pop_producer_idle.remote()))
             new_version = version + 1 if self._lag_synced else version
             status.update(self.lag_metrics.flush(new_version, new_step))
+            status.update(self.token_lags.flush())  # agent samples only (lag.samples._trajectory)
             status["lag/broadcast"] = float(self._lag_synced)
             return status, new_step
 
