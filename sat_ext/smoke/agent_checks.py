@@ -98,7 +98,7 @@ def check_token_lags(records: list[Record], max_lag: int) -> CheckResult:
         "; ".join(bad[:3])
         if bad
         else f"loss tokens per lag over the run {{{shown}}}, widest lag range in a batch {spread:g}, {split:g} "
-        f"tokens from turns split by a sync; every token's lag recorded, records = verl's tags",
+        f"tokens from turns split by a sync; every token's lag recorded, records = the version tags",
     )
 
 

@@ -241,22 +241,16 @@ def test_the_longest_episode_fits_the_variants_max_len(tokenizer):
 # ---------------------------------------------------------------- the variant's checks fail where they should
 
 
-def _line(observations=60, calls=3, seen=3):
-    return {
-        "turns": [8] * TURNS,
-        "tool_calls": [["1", "1"]] * calls,
-        "observations_seen": seen,
-        "observation_tokens": observations,
-    }
+def _line(observations=60):
+    """An episodes-file line as the mask check reads it (the tool-call check is verl's: test_smoke_verl_agent.py)."""
+    return {"observation_tokens": observations}
+
+
+GOOD_STEP = {"agent/tool_calls": 3.0, "agent/format_failures": 0.25}
 
 
 def _step(step, **values):
-    good = {
-        "agent/tool_calls": 3.0,
-        "agent/format_failures": 0.25,
-        "lag/token_unrecorded": 0.0,
-        "lag/token_lag_spread/max": 0.0,
-    }
+    good = {**GOOD_STEP, "lag/token_unrecorded": 0.0, "lag/token_lag_spread/max": 0.0}
     return Record(step, {**good, **{k.replace("__", "/"): v for k, v in values.items()}})
 
 
