@@ -90,7 +90,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir, initialize_config_module
 from verl.utils.config import validate_config
 import sat_ext
-from sat_ext.verl.lag_overrides import check_verl_config
+from sat_ext.verl.lag.overrides import check_verl_config
 
 written = Path(sys.argv[1])
 with initialize_config_dir(config_dir=str(written / "config"), version_base=None):

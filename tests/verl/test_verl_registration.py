@@ -6,6 +6,8 @@
 * a plugin that cannot import is reported loudly on stderr (verl itself hides it at DEBUG);
 * importing ``sat_ext.verl.config`` before verl (with ``VERL_USE_EXTERNAL_MODULES``) registers cleanly;
 * the same inside a CPU Ray worker (one Ray session for this module), for both plugin settings.
+* the lag sampler loads from its ``pkg://`` path alone, main_ppo's TaskRunner registers the lag trainer, and the
+  lag classes pickle under ``sat_ext.verl.lag``.
 
 The fresh subprocesses start together (each pays verl's import) and are checked one test each.
 """
@@ -63,6 +65,15 @@ def test_importing_sat_ext_before_verl_registers_cleanly(fresh):
     assert rc == 0, err
     assert "FAILED" not in err, err
     assert res["after_import"] == {"sat": SAT_MODULE, "sat_gspo": SAT_MODULE}
+
+
+def test_the_lag_sampler_path_alone_loads_and_the_task_runner_registers_the_trainer(fresh):
+    pytest.importorskip("transfer_queue")
+    rc, res, err = fresh["lag_paths"]
+    assert rc == 0, err
+    assert res["replay_buffer"] and not res["before_run"]
+    assert res["modules"] == ["sat_ext.verl.lag.sampler", "sat_ext.verl.lag.trainer", "sat_ext.verl.lag.kept_weights"]
+    assert res["pickled_as"] == [["verl.lag."]] * 3
 
 
 @pytest.fixture(scope="module")

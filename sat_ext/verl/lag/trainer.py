@@ -3,25 +3,24 @@
 Launched by :mod:`sat_ext.verl.main_ppo`. Everything else is verl's :class:`PPOTrainerSeparateAsync`.
 
 1. Interval mode: before each broadcast it waits until every submitted prompt has finished
-   (:meth:`sat_ext.verl.lag_sampler.SATLagReplayBuffer.drain`, timed as ``timing_s/lag_drain``), so a
+   (:meth:`sat_ext.verl.lag.sampler.SATLagReplayBuffer.drain`, timed as ``timing_s/lag_drain``), so a
    prefetched batch is generated entirely by the weights being replaced; verl alone would abort it and resume
    it on the new weights.
    The config was checked once, in the driver, and prepared for the workers
-   (:func:`sat_ext.verl.prepared.prepare_verl_config`); this trainer reads it as it is and refuses one the
+   (:func:`sat_ext.verl.lag.prepared.prepare_verl_config`); this trainer reads it as it is and refuses one the
    launcher did not prepare.
 2. The paper's denominator (App. F, Table 9; docs/verl.md, "The denominator"): without bypass mode, each batch's
    ``old_log_probs`` is the trainer's log-prob under the weights of the broadcast that generated the batch. verl keeps a
    CPU copy of the current broadcast's weights only; this trainer keeps the copies a prefetched batch still needs
    (:func:`kept_versions`: 2 for the paper's lag 1 and lag 8) and restores the right one per batch.
 3. Every dispatch of prompts to the rollout is noted in the sampler, which takes batches in that order
-   (:meth:`~sat_ext.verl.lag_sampler.SATLagReplayBuffer.note_dispatched`): an engine that serves requests first come,
+   (:meth:`~sat_ext.verl.lag.sampler.SATLagReplayBuffer.note_dispatched`): an engine that serves requests first come,
    first served then finishes the batch the trainer needs next first.
 4. Agent episodes (:mod:`sat_ext.verl.agent_turns`): before each batch's old log-probs, a multi-turn trajectory whose
    tool observations are not masked out of the loss stops the run, before any update on it; trajectories that
    carry a per-turn version record (``extra_fields["sat_ext_turns"]``) give the per-token lag metrics
    ``lag/token_hist/<bin>`` and the rest of :mod:`sat_ext.lag.turns` once per global step.
-5. The rollout's client resubmits a request a weight sync aborted at once, not after verl's 1 s sleep
-   (:mod:`sat_ext.verl.resubmit`).
+5. The rollout's client resubmits a request a weight sync aborted at once, not after verl's 1 s wait (:mod:`.resubmit`).
 """
 
 from __future__ import annotations
@@ -44,10 +43,10 @@ from verl.utils.debug import marked_timer
 from sat_ext.lag.config import LagConfig
 from sat_ext.lag.turns import TokenLagMetrics
 
-from ._upstream import TrainerSeam
-from .agent_turns import loops_named, read_batch
+from .._upstream import TrainerSeam
+from ..agent_turns import loops_named, read_batch
 from .kept_weights import KeptWeightsWorker
-from .lag_overrides import TRAINER_MODE, kept_weights_spill_dir, uses_bypass
+from .overrides import TRAINER_MODE, kept_weights_spill_dir, uses_bypass
 from .prepared import prepared_lag
 from .resubmit import client_class
 
@@ -82,7 +81,7 @@ def kept_versions(cfg: LagConfig, current: int) -> range:
 class BroadcastWeights:
     """CPU copies of the weights of recent broadcasts on the actor workers, for the paper's denominator.
 
-    ``workers`` is verl's actor worker group, built from :class:`sat_ext.verl.kept_weights.KeptWeightsWorker`
+    ``workers`` is verl's actor worker group, built from :class:`sat_ext.verl.lag.kept_weights.KeptWeightsWorker`
     (``save_model_to_cpu(key)``, ``restore_model_from_cpu(key)``, ``clear_cpu_model(key)``,
     ``weights_fingerprint()``). At the start of each broadcast window the current weights (the ones just
     broadcast) are saved and copies no longer needed are freed (:func:`kept_versions`); :meth:`weights_of` runs
@@ -172,7 +171,7 @@ class SATSeparateAsyncTrainer(TrainerSeam):
     """:class:`PPOTrainerSeparateAsync` with the broadcast barrier and the paper's denominator (module doc)."""
 
     def __init__(self, config: DictConfig):
-        """``config``: as :func:`sat_ext.verl.prepared.prepare_verl_config` built it (checked, not changed here)."""
+        """``config``: as :func:`sat_ext.verl.lag.prepared.prepare_verl_config` built it (checked, not changed here)."""
         self.lag: LagConfig = prepared_lag(config.trainer.v1.sampler.sampler_kwargs)[0]
         super().__init__(config)
         self.bypass = uses_bypass(config)
@@ -189,7 +188,7 @@ class SATSeparateAsyncTrainer(TrainerSeam):
         self.add_pending_sync_metrics(drained)  # evictions while draining, logged with this step
 
     def get_llm_client(self):
-        """verl's abort-and-resume client, resubmitting an aborted request at once (:mod:`sat_ext.verl.resubmit`)."""
+        """verl's abort-and-resume client, resubmitting an aborted request at once (:mod:`.resubmit`)."""
         return self.standalone_server_manager.get_client(client_cls=client_class())
 
     def submit_batch_to_rollout(self, batch) -> int:

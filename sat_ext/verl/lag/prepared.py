@@ -1,7 +1,7 @@
 """The config verl's workers get: the lag settings checked once, in the driver, and shipped to them as data.
 
 :func:`prepare_verl_config` runs in :mod:`sat_ext.verl.main_ppo` before Ray starts: every launch check
-(:func:`sat_ext.verl.lag_overrides.check_verl_config`, and the agent loops' and tools' files:
+(:func:`.overrides.check_verl_config`, and the agent loops' and tools' files:
 :func:`sat_ext.verl.agent_config.check_agent_config`), then a copy of the user's config (the user's object is not
 changed) with what the workers read:
 
@@ -11,9 +11,8 @@ changed) with what the workers read:
   (verl does not pass it to a custom sampler);
 - ``trainer.v1.sampler.sampler_kwargs.sat_ext_prepared``: the marker that the launcher built this config.
 
-The trainer (:class:`sat_ext.verl.lag_trainer.SATSeparateAsyncTrainer`) and the sampler
-(:class:`sat_ext.verl.lag_sampler.SATLagReplayBuffer`) trust a prepared config and check nothing again
-(:func:`prepared_lag`); without the marker they refuse to start.
+The trainer (:class:`.trainer.SATSeparateAsyncTrainer`) and the sampler (:class:`.sampler.SATLagReplayBuffer`) trust a
+prepared config and check nothing again (:func:`prepared_lag`); without the marker they refuse to start.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from sat_ext.lag.config import LagConfig
 
-from .lag_overrides import BASE_MODE, PREPARED_KEY, TRAINER_MODE, check_verl_config, lag_from_sampler_kwargs
+from .overrides import BASE_MODE, PREPARED_KEY, TRAINER_MODE, check_verl_config, lag_from_sampler_kwargs
 
 LAUNCHER = "sat_ext.verl.main_ppo"
 
@@ -42,7 +41,7 @@ def prepare_verl_config(config: DictConfig) -> DictConfig:
     Raises :class:`sat_ext.lag.LagConfigError` naming the key, as :func:`check_verl_config` does, and
     :class:`sat_ext.verl.agent_config.AgentConfigError` for a bad agent loop or tool setting.
     """
-    from .agent_config import check_agent_config
+    from ..agent_config import check_agent_config
 
     check_agent_config(config)
     forwarded = check_verl_config(config)
@@ -64,6 +63,6 @@ def prepared_lag(sampler_kwargs: Mapping[str, Any] | None) -> tuple[LagConfig, s
             f"sat_ext's verl trainer mode {TRAINER_MODE} and its sampler need the config prepared by sat_ext's "
             f"launcher (trainer.v1.sampler.sampler_kwargs.{PREPARED_KEY} is missing): start the run with "
             f"`python -m {LAUNCHER}` (the same Hydra config and overrides as `python -m verl.trainer.main_ppo`), "
-            f"or build the config with sat_ext.verl.prepared.prepare_verl_config"
+            f"or build the config with sat_ext.verl.lag.prepared.prepare_verl_config"
         )
     return lag_from_sampler_kwargs(sampler_kwargs)

@@ -1,11 +1,10 @@
 """Translate a user's ``lag:`` block into verl 0.9.1 Hydra overrides, and check and read verl's config back.
 
-Every mode runs on verl's V1 separate_async trainer, extended by :mod:`sat_ext.verl.lag_trainer` (registered
-as ``trainer.v1.trainer_mode=sat_separate_async``; launch with ``python -m sat_ext.verl.main_ppo``), with the
-sampler :class:`sat_ext.verl.lag_sampler.SATLagReplayBuffer` plugged in through verl's own
-``trainer.v1.sampler.custom_sampler`` hook. Rollout runs only on the rollout GPUs
-(``actor_rollout_ref.hybrid_engine=false``). One verl global step ends with one weight broadcast, so the
-policy version trained on at global step t is t - 1.
+Every mode runs on verl's V1 separate_async trainer, extended by :mod:`.trainer` (registered as
+``trainer.v1.trainer_mode=sat_separate_async``; launch with ``python -m sat_ext.verl.main_ppo``), with the sampler
+:class:`.sampler.SATLagReplayBuffer` plugged in through verl's own ``trainer.v1.sampler.custom_sampler`` hook. Rollout
+runs only on the rollout GPUs (``actor_rollout_ref.hybrid_engine=false``). One verl global step ends with one weight
+broadcast, so the policy version trained on at global step t is t - 1.
 
 - interval (``interval n``, ``prefetch p``): the paper's batch-wise lag. ``parameter_sync_step=n`` (n
   optimizer steps of ``train_batch_size`` prompts between broadcasts), ``data.train_batch_size=n*B``, ``p``
@@ -37,13 +36,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from sat_ext.lag.config import EngineSettings, LagConfig, LagConfigError, check_compatible
 
-SAMPLER_PATH = "pkg://sat_ext.verl.lag_sampler"
+SAMPLER_PATH = "pkg://sat_ext.verl.lag.sampler"
 SAMPLER_NAME = "SATLagReplayBuffer"
 TRAINER_MODE = "sat_separate_async"
 BASE_MODE = "separate_async"
 DENOMINATORS = ("checkpoint", "rollout")
 FILTER_KEY = "filter_groups_metric"  # the sampler kwarg that carries DAPO's algorithm.filter_groups.metric
-PREPARED_KEY = "sat_ext_prepared"  # the sampler kwarg that marks a config built by sat_ext.verl.prepared
+PREPARED_KEY = "sat_ext_prepared"  # the sampler kwarg that marks a config built by sat_ext.verl.lag.prepared
 _SAMPLER_KEYS = {
     "bounded": ("mode", "max_lag", "over_bound", "hist_edges"),
     "interval": ("mode", "interval", "prefetch", "hist_edges"),
@@ -131,7 +130,7 @@ def check_batch_arithmetic(schedule: VerlSchedule) -> None:
             schedule.train_batch_size,
             f"must equal trainer.v1.{BASE_MODE}.parameter_sync_step x actor_rollout_ref.actor.ppo_mini_batch_size = "
             f"{sync_every} x {batch}: set data.train_batch_size={sync_every * batch} (verl asserts it inside Ray; "
-            "sat_ext.verl.lag_overrides.verl_overrides sets both)",
+            "sat_ext.verl.lag.overrides.verl_overrides sets both)",
         )
 
 
@@ -147,7 +146,7 @@ def check_warmup(schedule: VerlSchedule) -> None:
             schedule.num_warmup_batches,
             f"must be a whole number of batches: verl would submit {prompts} prompts ahead, not a multiple of "
             f"ppo_mini_batch_size={batch}; set it to {num_warmup_batches_for(whole * batch, total)!r} for {whole} "
-            "batches ahead (sat_ext.verl.lag_overrides.verl_overrides computes it)",
+            "batches ahead (sat_ext.verl.lag.overrides.verl_overrides computes it)",
         )
 
 
@@ -339,7 +338,7 @@ def check_verl_config(config: Any) -> dict[str, Any]:
                 "trainer.v1.trainer_mode",
                 mode,
                 f"must be {TRAINER_MODE} with sat_ext's lag sampler ({SAMPLER_NAME}): set "
-                f"trainer.v1.trainer_mode={TRAINER_MODE} (sat_ext.verl.lag_overrides.verl_overrides sets it; "
+                f"trainer.v1.trainer_mode={TRAINER_MODE} (sat_ext.verl.lag.overrides.verl_overrides sets it; "
                 f"verl's own {mode} trainer does not keep the lag schedule)",
             )
         return {}

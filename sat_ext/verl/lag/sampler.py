@@ -1,10 +1,9 @@
 """verl 0.9.1 V1 replay buffer with sat_ext's lag rules, plugged in with ``trainer.v1.sampler.custom_sampler``.
 
-Selected by :func:`sat_ext.verl.lag_overrides.verl_overrides`; its settings arrive as
-``trainer.v1.sampler.sampler_kwargs`` (the fields of :class:`~sat_ext.lag.config.LagConfig`, plus
-``filter_groups_metric``, which the launcher forwards from ``algorithm.filter_groups``). They were checked once,
-in the driver, by :func:`sat_ext.verl.prepared.prepare_verl_config`, and are read here as data; a config that
-the launcher did not prepare is refused (:func:`sat_ext.verl.prepared.prepared_lag`).
+Selected by :func:`.overrides.verl_overrides`; its settings arrive as ``trainer.v1.sampler.sampler_kwargs`` (the fields
+of :class:`~sat_ext.lag.config.LagConfig`, plus ``filter_groups_metric``, which the launcher forwards from
+``algorithm.filter_groups``). They were checked once, in the driver, by :func:`.prepared.prepare_verl_config`, and are
+read here as data; a config that the launcher did not prepare is refused (:func:`.prepared.prepared_lag`).
 
 At verl global step t the trainer trains on weights version t - 1 (one broadcast per global step). A
 trajectory's oldest version is its ``min_global_steps`` tag, or, when the engine did not report one,
@@ -39,8 +38,8 @@ from sat_ext.lag.batches import GroupState, next_batch, over_bound, waits_for_st
 from sat_ext.lag.metrics import LagMetrics
 from sat_ext.lag.versions import VersionSpan, sample_lag
 
-from ._upstream import ReplayBufferSeam, accumulate_eviction_metrics
-from .lag_overrides import TRAINER_MODE
+from .._upstream import ReplayBufferSeam, accumulate_eviction_metrics
+from .overrides import TRAINER_MODE
 from .prepared import LAUNCHER, UnpreparedConfigError, prepared_lag
 
 POLL_INTERVAL_S = 0.05
@@ -65,7 +64,7 @@ class SATLagReplayBuffer(ReplayBufferSeam):
             raise UnpreparedConfigError(
                 f"trainer.v1.trainer_mode={trainer_mode}: sat_ext's lag sampler runs only under "
                 f"trainer.v1.trainer_mode={TRAINER_MODE} (verl's {trainer_mode} does not keep the lag schedule); set "
-                f"it and launch with `python -m {LAUNCHER}` (sat_ext.verl.lag_overrides.verl_overrides sets both)"
+                f"it and launch with `python -m {LAUNCHER}` (sat_ext.verl.lag.overrides.verl_overrides sets both)"
             )
         self.lag, filter_metric = prepared_lag(sampler_kwargs)
         kwargs.setdefault("poll_interval", POLL_INTERVAL_S)
@@ -185,7 +184,7 @@ class SATLagReplayBuffer(ReplayBufferSeam):
     def drain(self, global_steps: int, partition_id: str = "train") -> dict:
         """Block until no prompt is pending or running (failed ones evicted and refilled meanwhile).
 
-        Called by :class:`sat_ext.verl.lag_trainer.SATSeparateAsyncTrainer` before each broadcast in interval
+        Called by :class:`sat_ext.verl.lag.trainer.SATSeparateAsyncTrainer` before each broadcast in interval
         mode, so the prefetched batches are generated entirely by the weights being replaced.
         """
         metrics: dict = {}
