@@ -43,6 +43,17 @@ def _lag(cfg) -> LagConfig:
     return LagConfig.from_dict(OmegaConf.to_container(cfg.trainer.v1.sampler.sampler_kwargs))
 
 
+@pytest.mark.parametrize("path, accepted", [("pkg://sat_ext.verl.lag_sampler", True), ("pkg://elsewhere", False)])
+def test_the_former_sampler_path_of_existing_configs_still_passes(path, accepted):
+    overrides = verl_overrides(LagConfig(mode="bounded", max_lag=1), train_batch_size=4)
+    cfg = _compose("ppo_trainer", overrides + [f"trainer.v1.sampler.custom_sampler.path={path}"])
+    if accepted:
+        assert check_verl_config(cfg) == {}
+    else:
+        with pytest.raises(LagConfigError, match="custom_sampler"):
+            check_verl_config(cfg)
+
+
 @pytest.mark.parametrize("config_name", ["ppo_trainer", "ppo_megatron_trainer"])
 @pytest.mark.parametrize("over_bound", ["wait", "drop"])
 def test_bounded_overrides_compose(config_name, over_bound):

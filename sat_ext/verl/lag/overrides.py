@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from sat_ext.lag.config import EngineSettings, LagConfig, LagConfigError, check_compatible
 
 SAMPLER_PATH = "pkg://sat_ext.verl.lag.sampler"
+SAMPLER_PATHS = (SAMPLER_PATH, "pkg://sat_ext.verl.lag_sampler")  # and the former path, in users' existing configs
 SAMPLER_NAME = "SATLagReplayBuffer"
 TRAINER_MODE = "sat_separate_async"
 BASE_MODE = "separate_async"
@@ -333,7 +334,7 @@ def check_verl_config(config: Any) -> dict[str, Any]:
     name = _get(config, "trainer.v1.sampler.custom_sampler.name")
     path = _get(config, "trainer.v1.sampler.custom_sampler.path")
     if mode != TRAINER_MODE:
-        if name == SAMPLER_NAME or path == SAMPLER_PATH:
+        if name == SAMPLER_NAME or path in SAMPLER_PATHS:
             raise LagConfigError(
                 "trainer.v1.trainer_mode",
                 mode,
@@ -342,7 +343,7 @@ def check_verl_config(config: Any) -> dict[str, Any]:
                 f"verl's own {mode} trainer does not keep the lag schedule)",
             )
         return {}
-    if name != SAMPLER_NAME or path != SAMPLER_PATH:
+    if name != SAMPLER_NAME or path not in SAMPLER_PATHS:
         raise LagConfigError(
             "trainer.v1.sampler.custom_sampler.name", name, f"must be {SAMPLER_NAME} (path {SAMPLER_PATH})"
         )
