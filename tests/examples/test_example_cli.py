@@ -128,6 +128,14 @@ def _venv_without_sat_ext(root: Path) -> Path:
     return python
 
 
+def test_every_package_folder_of_sat_ext_is_in_the_wheel():
+    # pyproject.toml lists the packages by name: a folder left off it is left out of the wheel
+    tomllib = pytest.importorskip("tomllib")
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "sat_ext").rglob("__init__.py")}
+    assert found - listed == set()
+
+
 @pytest.mark.slow
 def test_installed_wheel_writes_and_composes_an_example(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
