@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=("sat", "verl"),
         default="sat",
         help="verl: the lag trainer's rollout client: sat_ext's (resubmits a request a weight sync aborted at once) or "
-        "verl's own (sleeps 1 s first); a measurement of what that sleep costs (sat_ext.verl.resubmit.CLIENT_ENV)",
+        "verl's own (sleeps 1 s first); a measurement of what that sleep costs (sat_ext.verl.lag.resubmit.CLIENT_ENV)",
     )
     args = p.parse_args(argv)
     # the runs' configs name the model folder in it; verl reads a relative path as a hub id
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verl_client == "verl":
         if args.framework != "verl":
             p.error(f"--verl-client {args.verl_client}: with --framework verl only")
-        from sat_ext.verl.resubmit import CLIENT_ENV
+        from sat_ext.verl.lag.resubmit import CLIENT_ENV
 
         os.environ[CLIENT_ENV] = "verl"  # every run's process tree inherits it
     modes = verl_modes() if args.framework == "verl" else openrlhf_modes()

@@ -58,7 +58,7 @@ class Setup:
     tp: int = 4
     ep: int = 4
     ranks: int = 4
-    kept_versions: int = 2  # interval mode, prefetch 1 (sat_ext.verl.lag_trainer.kept_versions)
+    kept_versions: int = 2  # interval mode, prefetch 1 (sat_ext.verl.lag.trainer.kept_versions)
     prompt_tokens: int = 300
     max_tokens: int = 32768
     batch: int = 256 * 16  # trajectories per optimizer step

@@ -67,10 +67,10 @@ def lag_stack() -> str:
     import transfer_queue  # noqa: F401
     from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
 
-    from sat_ext.verl import lag_sampler, lag_trainer  # noqa: F401
-    from sat_ext.verl.lag_overrides import TRAINER_MODE
+    from sat_ext.verl.lag import sampler, trainer  # noqa: F401
+    from sat_ext.verl.lag.overrides import TRAINER_MODE
 
-    return f"{get_trainer_cls(TRAINER_MODE).__name__} ({TRAINER_MODE}), {lag_sampler.SATLagReplayBuffer.__name__}"
+    return f"{get_trainer_cls(TRAINER_MODE).__name__} ({TRAINER_MODE}), {sampler.SATLagReplayBuffer.__name__}"
 
 
 def private_names(framework: str) -> dict[str, Any]:
@@ -91,7 +91,7 @@ def example_configs() -> str:
     from verl.utils.config import omega_conf_to_dataclass
 
     from sat_ext.example_configs import config_dir, variants
-    from sat_ext.verl.lag_overrides import check_verl_config
+    from sat_ext.verl.lag.overrides import check_verl_config
 
     name = "verl_aime_qwen3_30b"
     found, config = variants(name), config_dir(name)

@@ -10,8 +10,7 @@
 - :mod:`.turns`: per-turn version records of agent episodes and the per-token lag metrics they give.
 - :mod:`.controller`: an in-process controller built from the rules above (the demo and the simulations).
 
-The verl integration is :mod:`sat_ext.verl.lag_overrides` / :mod:`sat_ext.verl.lag_sampler`, the OpenRLHF one
-:mod:`sat_ext.openrlhf.lag`; both use these rules.
+The verl integration is :mod:`sat_ext.verl.lag`, the OpenRLHF one :mod:`sat_ext.openrlhf.lag`; both use these rules.
 """
 
 from .accounting import BatchLags, batch_lags, check_within_bound

@@ -1,5 +1,5 @@
 """The lag accounting of one consumed batch, as pure functions: the one home of the rule that the verl sampler
-(:mod:`sat_ext.verl.lag_sampler`), OpenRLHF's trainer actor (:mod:`sat_ext.openrlhf.lag.actors`) and the
+(:mod:`sat_ext.verl.lag.sampler`), OpenRLHF's trainer actor (:mod:`sat_ext.openrlhf.lag.actors`) and the
 in-process controller (:mod:`sat_ext.lag.controller`) apply when the trainer takes a batch (docs/lag.md,
 "Definitions" and "Metrics"). Callers record the result with :meth:`sat_ext.lag.LagMetrics.record_batch`.
 """

@@ -9,7 +9,7 @@ first, while it generates the next one. The
 alternative, :func:`first_finished`, takes the oldest groups among those already finished; it never waits for a
 straggler, so the stragglers (the long responses) are the ones that grow stale and cross the bound.
 
-The verl sampler (:mod:`sat_ext.verl.lag_sampler`), the in-process controller (:mod:`sat_ext.lag.controller`,
+The verl sampler (:mod:`sat_ext.verl.lag.sampler`), the in-process controller (:mod:`sat_ext.lag.controller`,
 which the demo and the simulations drive) and the OpenRLHF adapter's consumption check use these functions.
 """
 

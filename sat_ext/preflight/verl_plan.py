@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from sat_ext.lag.config import LagConfig
 from sat_ext.runlog import Expectation
-from sat_ext.verl.lag_overrides import (
+from sat_ext.verl.lag.overrides import (
     TRAINER_MODE,
     VerlSchedule,
     lag_from_sampler_kwargs,

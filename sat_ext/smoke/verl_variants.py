@@ -3,7 +3,7 @@
 Every variant trains a tiny random Qwen3 (:mod:`sat_ext.smoke.assets`) with GRPO advantages for ``steps``
 global steps through verl 0.9.1's own trainer: ``sync-*`` through ``python -m verl.trainer.main_ppo`` (a plain
 ``pip install``: the loss comes from the ``verl.plugins`` entry point), the lag variants through
-``python -m sat_ext.verl.main_ppo`` with :func:`sat_ext.verl.lag_overrides.verl_overrides`.
+``python -m sat_ext.verl.main_ppo`` with :func:`sat_ext.verl.lag.overrides.verl_overrides`.
 
 - ``sync-sat`` / ``sync-sat_gspo``: sat / sat_gspo on verl's V1 sync trainer (colocated rollout), the rollout
   log-probs as the denominator (bypass mode, App. E.6);
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sat_ext.runlog import CheckResult, Expectation, Record, check_run, read_log, training_records
-from sat_ext.verl.lag_overrides import verl_overrides
+from sat_ext.verl.lag.overrides import verl_overrides
 
 from . import agent_checks, checks
 from .assets import prompt_rows, write_data

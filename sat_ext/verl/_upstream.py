@@ -43,7 +43,7 @@ PRIVATE = (
     Private(_TSA, "PPOTrainerSeparateAsync._init_resource_pool_mgr", "overridden: the kept-weights actor worker"),
     Private(_TB, "PPOTrainer._consume_sync_metrics:_pending_sync_metrics", "written: drain metrics for the step"),
     Private(_TSA, "PPOTrainerSeparateAsync.get_llm_client:standalone_server_manager", "read: the rollout's client"),
-    Private(_LLM, "FullyAsyncLLMServerClient.generate:asyncio", "its 1 s retry sleep backs off (sat_ext.verl.resubmit)"),
+    Private(_LLM, "FullyAsyncLLMServerClient.generate:asyncio", "its 1 s sleep backs off (sat_ext.verl.lag.resubmit)"),
     # relied on, not overridden: the smoke's calculator loop (sat_ext.smoke.verl_calc.CalcToolAgentLoop) replaces
     # attributes verl's tool agent loop reads per turn
     Private(_TAL, "ToolAgentLoop._handle_generating_state:tool_parser", "read per turn: the calculator call parser"),

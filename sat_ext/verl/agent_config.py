@@ -3,7 +3,7 @@
 verl 0.9.1 reads them only inside its agent-loop workers (``agent_loop.py`` ``AgentLoopWorker.__init__``,
 ``tools/tool_registry.py``), after Ray, TransferQueue and the rollout servers are up, and a tool class that does
 not import fails there as an ``AttributeError`` on a ``None`` import spec. :func:`check_agent_config` (run by
-:func:`sat_ext.verl.prepared.prepare_verl_config`, so by ``python -m sat_ext.verl.main_ppo``) reads them first and
+:func:`sat_ext.verl.lag.prepared.prepare_verl_config`, so by ``python -m sat_ext.verl.main_ppo``) reads them first and
 raises :class:`AgentConfigError` naming the key, the file entry and the value, for:
 
 - a tool config (``multi_turn.tool_config_path``) that is missing, has no ``tools`` list, or lists a tool whose

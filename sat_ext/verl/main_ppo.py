@@ -2,10 +2,10 @@
 
 The same Hydra config (verl's ``ppo_trainer``, or any config that builds on it via ``--config-name`` /
 ``--config-path``) and the same overrides as ``python -m verl.trainer.main_ppo``, plus
-:func:`sat_ext.verl.lag_overrides.verl_overrides`. The config is checked once, before Ray starts, and the
-config the workers get is built from a copy of it (:func:`~sat_ext.verl.prepared.prepare_verl_config`); then
+:func:`sat_ext.verl.lag.overrides.verl_overrides`. The config is checked once, before Ray starts, and the
+config the workers get is built from a copy of it (:func:`~sat_ext.verl.lag.prepared.prepare_verl_config`); then
 verl's own ``run_ppo`` runs a TaskRunner that is verl's ``TaskRunnerV1`` after importing
-:mod:`sat_ext.verl.lag_trainer`, which registers ``trainer.v1.trainer_mode=sat_separate_async`` in the process
+:mod:`sat_ext.verl.lag.trainer`, which registers ``trainer.v1.trainer_mode=sat_separate_async`` in the process
 that looks it up.
 """
 
@@ -19,7 +19,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
 
-from .prepared import prepare_verl_config
+from .lag.prepared import prepare_verl_config
 
 
 @ray.remote
@@ -27,7 +27,7 @@ class SATTaskRunner(TaskRunnerV1.__ray_actor_class__):
     """verl's V1 TaskRunner with sat_ext's lag trainer registered."""
 
     def run(self, config: DictConfig):
-        from . import lag_trainer  # noqa: F401  (registers the trainer mode in this Ray worker)
+        from .lag import trainer  # noqa: F401  (registers the trainer mode in this Ray worker)
 
         return super().run(config)
 

@@ -90,7 +90,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir, initialize_config_module
 from verl.utils.config import validate_config
 import sat_ext
-from sat_ext.verl.lag_overrides import check_verl_config
+from sat_ext.verl.lag.overrides import check_verl_config
 
 written = Path(sys.argv[1])
 with initialize_config_dir(config_dir=str(written / "config"), version_base=None):
@@ -126,6 +126,14 @@ def _venv_without_sat_ext(root: Path) -> Path:
     ).stdout.strip()
     (Path(target) / "zz_sat_ext_test.pth").write_text(f"import site; site.addsitedir({str(farm)!r})\n")
     return python
+
+
+def test_every_package_folder_of_sat_ext_is_in_the_wheel():
+    # pyproject.toml lists the packages by name: a folder left off it is left out of the wheel
+    tomllib = pytest.importorskip("tomllib")
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "sat_ext").rglob("__init__.py")}
+    assert found - listed == set()
 
 
 @pytest.mark.slow

@@ -514,7 +514,7 @@ def test_variant_is_the_papers_row(name, composed):
     assert cfg.data.train_batch_size == tr.v1.separate_async.parameter_sync_step * aa.ppo_mini_batch_size
     assert ro.checkpoint_engine.backend != "naive" and tr.v1.sampler.max_off_policy_threshold is None
     assert (tr.v1.sampler.custom_sampler.path, tr.v1.sampler.custom_sampler.name) == (
-        "pkg://sat_ext.verl.lag_sampler",
+        "pkg://sat_ext.verl.lag.sampler",
         "SATLagReplayBuffer",
     )
 
@@ -539,7 +539,7 @@ def test_rollout_denominator_switch_on_every_grpo_gspo_sat_variant(rollout_denom
     from verl.utils.config import validate_config
 
     from sat_ext.lag import LagConfigError
-    from sat_ext.verl.lag_overrides import check_verl_config
+    from sat_ext.verl.lag.overrides import check_verl_config
 
     assert len(rollout_denominator) == 24
     for name, cfg in rollout_denominator.items():
@@ -631,10 +631,10 @@ _LAG_BLOCKS = {
 
 @pytest.mark.parametrize("lag", sorted(_LAG_BLOCKS))
 def test_lag_files_are_sat_ext_lags_translation(lag, composed):
-    """lag/lagK.yaml + denominator/*.yaml == sat_ext.verl.lag_overrides.verl_overrides(lag block, 256 prompts,
+    """lag/lagK.yaml + denominator/*.yaml == sat_ext.verl.lag.overrides.verl_overrides(lag block, 256 prompts,
     eval every 5 (lag 1) / 8 (lag 8), denominator), key by key."""
     from sat_ext.lag import LagConfig, check_compatible
-    from sat_ext.verl.lag_overrides import VerlSchedule, check_verl_config, verl_engine_settings, verl_overrides
+    from sat_ext.verl.lag.overrides import VerlSchedule, check_verl_config, verl_engine_settings, verl_overrides
 
     block = LagConfig.from_dict(_LAG_BLOCKS[lag])
     translations = {}

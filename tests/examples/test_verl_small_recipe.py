@@ -175,7 +175,7 @@ def test_variant_matches_its_row_and_passes_verls_checks(name, composed):
     from verl.workers.config import FSDPActorConfig, RolloutConfig
 
     from sat_ext.verl.config import SATPolicyLossConfig
-    from sat_ext.verl.lag_overrides import check_verl_config
+    from sat_ext.verl.lag.overrides import check_verl_config
 
     cfg = composed[name]
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
@@ -207,7 +207,7 @@ def test_variant_matches_its_row_and_passes_verls_checks(name, composed):
 def test_lag_files_are_sat_ext_lags_translation(lag, composed):
     """lag/lagK.yaml == verl_overrides(interval K, prefetch 1, 64 prompts per step, eval every 16), key by key."""
     from sat_ext.lag import LagConfig
-    from sat_ext.verl.lag_overrides import verl_overrides
+    from sat_ext.verl.lag.overrides import verl_overrides
 
     overrides = verl_overrides(LagConfig(mode="interval", interval=lag, prefetch=1), train_batch_size=64, eval_every=16)
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):

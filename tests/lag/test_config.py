@@ -268,7 +268,7 @@ def test_openrlhf_launcher_accepts_what_its_engine_can_do():
 )
 def test_verl_refuses_through_check_compatible(lag, schedule, message):
     pytest.importorskip("omegaconf")
-    from sat_ext.verl.lag_overrides import VerlSchedule, check_verl_lag
+    from sat_ext.verl.lag.overrides import VerlSchedule, check_verl_lag
 
     with pytest.raises(LagConfigError, match=message):
         check_verl_lag(lag, VerlSchedule(*schedule))

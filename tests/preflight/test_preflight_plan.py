@@ -14,7 +14,7 @@ from sat_ext.preflight import verl_plan  # noqa: E402
 from sat_ext.preflight.substitution import NOT_RUN, raw  # noqa: E402
 from sat_ext.preflight.verl_plan import ALGORITHM, R3, Context, plan, scale_factor  # noqa: E402
 from sat_ext.preflight.verl_target import PreflightError, compose, resolve  # noqa: E402
-from sat_ext.verl.lag_overrides import VerlSchedule, verl_warmup_prompts  # noqa: E402
+from sat_ext.verl.lag.overrides import VerlSchedule, verl_warmup_prompts  # noqa: E402
 
 BIG, SMALL = "verl_aime_qwen3_30b", "verl_small_qwen3_1p7b"
 TARGETS = [f"{BIG}/{v}" for v in variants(BIG)] + [f"{SMALL}/{v}" for v in variants(SMALL)]
@@ -118,7 +118,7 @@ def test_the_factor_is_the_largest_that_fits_and_a_prompt_that_cannot_fit_is_nam
 def test_a_prefetch_that_needs_the_nudged_float_keeps_it_after_scaling(composed):
     """interval 11, prefetch 3: p/n times n*B rounds under p*B for some B (the lag fix); the scaled run keeps
     verl's count at p batches."""
-    from sat_ext.verl.lag_overrides import verl_overrides
+    from sat_ext.verl.lag.overrides import verl_overrides
 
     overrides = verl_overrides({"mode": "interval", "interval": 11, "prefetch": 3}, 320)
     config = compose(resolve(f"{SMALL}/sat_grpo_lag1")[0], ["+" + o if o.startswith("+") else o for o in overrides])

@@ -27,8 +27,8 @@ from sat_ext.smoke.verl_variants import (  # noqa: E402
     write_agent_loops,
     write_tools,
 )
-from sat_ext.verl.lag_overrides import PREPARED_KEY  # noqa: E402
-from sat_ext.verl.prepared import prepare_verl_config  # noqa: E402
+from sat_ext.verl.lag.overrides import PREPARED_KEY  # noqa: E402
+from sat_ext.verl.lag.prepared import prepare_verl_config  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 PATHS = Paths(Path("/m"), Path("/t.parquet"), Path("/v.parquet"), Path("/r.py"), Path("/a.yaml"), Path("/k"))

@@ -15,7 +15,7 @@ store = os.path.join(tempfile.mkdtemp(), "store")
 dist.init_process_group("gloo", store=dist.FileStore(store, 1), rank=0, world_size=1)
 from verl.utils.fsdp_utils import fsdp2_sharded_save_to_cpu  # noqa: E402
 
-from sat_ext.verl.kept_weights import KeptWeightsWorker  # noqa: E402
+from sat_ext.verl.lag.kept_weights import KeptWeightsWorker  # noqa: E402
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))

@@ -54,12 +54,36 @@ SCRIPTS = {
         """
     ),
     "sat_ext_first": "import sat_ext.verl.config\n" + PROBE + "print(json.dumps({'after_import': state()}))",
+    # the lag sampler as verl loads it from a config's path string, then the lag trainer as main_ppo's TaskRunner
+    # registers it (verl's own TaskRunner.run, the loop, stood in for); each class's pickle names its module
+    "lag_paths": textwrap.dedent(
+        """
+        import json, pickle, sys
+        from ray import cloudpickle
+        from verl.utils.import_utils import load_extern_object
+        sampler = load_extern_object("pkg://sat_ext.verl.lag.sampler", "SATLagReplayBuffer")
+        from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+        from verl.trainer.main_ppo import TaskRunnerV1
+        TaskRunnerV1.__ray_actor_class__.run = lambda self, config: None
+        from sat_ext.verl.main_ppo import SATTaskRunner
+        before_run = "sat_ext.verl.lag.trainer" in sys.modules
+        SATTaskRunner.__ray_actor_class__.run(object.__new__(SATTaskRunner.__ray_actor_class__), None)
+        from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
+        from sat_ext.verl.lag.kept_weights import KeptWeightsWorker
+        classes = [sampler, get_trainer_cls("sat_separate_async"), KeptWeightsWorker]
+        pickles = [pickle.dumps(c) + cloudpickle.dumps(c) for c in classes]
+        print(json.dumps({"replay_buffer": issubclass(sampler, ReplayBufferAsync), "before_run": before_run,
+                          "modules": [c.__module__ for c in classes],
+                          "pickled_as": [[m for m in ("verl.lag.", "verl.lag_") if m.encode() in p] for p in pickles]}))
+        """
+    ),
 }
 ENVS = {
     "import_verl": {},
     "target_only": {"VERL_USE_EXTERNAL_PLUGINS": "none"},
     "broken_plugin": {},
     "sat_ext_first": {"VERL_USE_EXTERNAL_MODULES": "sat_ext.verl.plugin"},
+    "lag_paths": {},
 }
 
 _procs: dict = {}

@@ -19,7 +19,7 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from sat_ext.smoke.verl_variants import VARIANTS, Paths, command, write_agent_loops, write_tools
 from sat_ext.verl.agent_config import AgentConfigError, check_agent_config
 from sat_ext.verl.agent_turns import ObservationMaskError, loops_named, read_batch
-from sat_ext.verl.prepared import prepare_verl_config
+from sat_ext.verl.lag.prepared import prepare_verl_config
 
 TOOLS = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 LOOPS = "actor_rollout_ref.rollout.agent.agent_loop_config_path"

@@ -159,7 +159,7 @@ def test_the_flush_keyword_verl_passes_to_a_logger_no_longer_kills_trainer_init(
     plain.setLevel(logging.INFO)
     with pytest.raises(TypeError, match="flush"):
         plain.info("hybrid replicas disabled", flush=True)  # verl's own logger: the bug
-    import sat_ext.verl.lag_trainer  # noqa: F401  (wraps the module's logger)
+    import sat_ext.verl.lag.trainer  # noqa: F401  (wraps the module's logger)
 
     with caplog.at_level(logging.INFO, logger=plain.name):
         trainer_separate_async.logger.info("hybrid replicas disabled", flush=True)

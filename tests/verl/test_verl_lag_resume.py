@@ -16,7 +16,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync  # noqa: E402
 
 from sat_ext.lag import LagMetrics  # noqa: E402
-from sat_ext.verl import lag_trainer  # noqa: E402
+from sat_ext.verl.lag import trainer as lag_trainer  # noqa: E402
 
 
 def _trainer(tmp_path, steps: int, resume_mode: str = "auto", resume_from_path=None):

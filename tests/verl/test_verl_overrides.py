@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf, open_dict  # noqa: E402
 
 from sat_ext.lag import LagConfig, LagConfigError, check_compatible  # noqa: E402
-from sat_ext.verl.lag_overrides import (  # noqa: E402
+from sat_ext.verl.lag.overrides import (  # noqa: E402
     BASE_MODE,
     PREPARED_KEY,
     SAMPLER_NAME,
@@ -25,7 +25,7 @@ from sat_ext.verl.lag_overrides import (  # noqa: E402
     verl_engine_settings,
     verl_overrides,
 )
-from sat_ext.verl.prepared import UnpreparedConfigError, prepare_verl_config, prepared_lag  # noqa: E402
+from sat_ext.verl.lag.prepared import UnpreparedConfigError, prepare_verl_config, prepared_lag  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 
@@ -41,6 +41,17 @@ def _engine(cfg):
 
 def _lag(cfg) -> LagConfig:
     return LagConfig.from_dict(OmegaConf.to_container(cfg.trainer.v1.sampler.sampler_kwargs))
+
+
+@pytest.mark.parametrize("path, accepted", [("pkg://sat_ext.verl.lag_sampler", True), ("pkg://elsewhere", False)])
+def test_the_former_sampler_path_of_existing_configs_still_passes(path, accepted):
+    overrides = verl_overrides(LagConfig(mode="bounded", max_lag=1), train_batch_size=4)
+    cfg = _compose("ppo_trainer", overrides + [f"trainer.v1.sampler.custom_sampler.path={path}"])
+    if accepted:
+        assert check_verl_config(cfg) == {}
+    else:
+        with pytest.raises(LagConfigError, match="custom_sampler"):
+            check_verl_config(cfg)
 
 
 @pytest.mark.parametrize("config_name", ["ppo_trainer", "ppo_megatron_trainer"])
@@ -300,7 +311,7 @@ def test_a_plain_verl_config_is_not_checked():
 
 def test_the_sampler_refuses_a_config_the_launcher_did_not_prepare():
     pytest.importorskip("transfer_queue")
-    from sat_ext.verl.lag_sampler import SATLagReplayBuffer
+    from sat_ext.verl.lag.sampler import SATLagReplayBuffer
 
     with pytest.raises(UnpreparedConfigError, match=r"sat_ext_prepared is missing.*python -m sat_ext\.verl\.main_ppo"):
         SATLagReplayBuffer(

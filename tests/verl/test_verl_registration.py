@@ -6,12 +6,15 @@
 * a plugin that cannot import is reported loudly on stderr (verl itself hides it at DEBUG);
 * importing ``sat_ext.verl.config`` before verl (with ``VERL_USE_EXTERNAL_MODULES``) registers cleanly;
 * the same inside a CPU Ray worker (one Ray session for this module), for both plugin settings.
+* the lag sampler loads from its ``pkg://`` path alone, main_ppo's TaskRunner registers the lag trainer, and the
+  lag classes pickle under ``sat_ext.verl.lag``; their former module paths are the moved modules.
 
 The fresh subprocesses start together (each pays verl's import) and are checked one test each.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import pytest
@@ -63,6 +66,27 @@ def test_importing_sat_ext_before_verl_registers_cleanly(fresh):
     assert rc == 0, err
     assert "FAILED" not in err, err
     assert res["after_import"] == {"sat": SAT_MODULE, "sat_gspo": SAT_MODULE}
+
+
+def test_the_lag_sampler_path_alone_loads_and_the_task_runner_registers_the_trainer(fresh):
+    pytest.importorskip("transfer_queue")
+    rc, res, err = fresh["lag_paths"]
+    assert rc == 0, err
+    assert res["replay_buffer"] and not res["before_run"]
+    assert res["modules"] == ["sat_ext.verl.lag.sampler", "sat_ext.verl.lag.trainer", "sat_ext.verl.lag.kept_weights"]
+    assert res["pickled_as"] == [["verl.lag."]] * 3
+
+
+@pytest.mark.parametrize(
+    "former, moved",
+    [("lag_overrides", "overrides"), ("lag_sampler", "sampler"), ("lag_trainer", "trainer")]
+    + [(m, m) for m in ("prepared", "kept_weights", "resubmit")],
+)
+def test_a_former_lag_module_path_is_the_moved_module(former, moved):
+    pytest.importorskip("transfer_queue")
+    module = importlib.import_module(f"sat_ext.verl.lag.{moved}")
+    assert importlib.import_module(f"sat_ext.verl.{former}") is module
+    assert getattr(importlib.import_module("sat_ext.verl"), former) is module
 
 
 @pytest.fixture(scope="module")

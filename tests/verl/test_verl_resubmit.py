@@ -1,4 +1,4 @@
-"""sat_ext.verl.resubmit: the lag trainer's client runs verl's own resume loop (FullyAsyncLLMServerClient.generate),
+"""sat_ext.verl.lag.resubmit: the lag trainer's client runs verl's own resume loop (FullyAsyncLLMServerClient.generate),
 resubmitting a request a weight sync aborted at once instead of after verl's 1 s sleep. Only the server is
 stood in for (one attempt, below verl's loop); the sleeps are recorded, not timed."""
 
@@ -12,8 +12,8 @@ from verl.workers.rollout import llm_server
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
-from sat_ext.verl import resubmit
-from sat_ext.verl.resubmit import ResubmittingClient, backoff, client_class
+from sat_ext.verl.lag import resubmit
+from sat_ext.verl.lag.resubmit import ResubmittingClient, backoff, client_class
 
 
 class _Attempts(LLMServerClient):

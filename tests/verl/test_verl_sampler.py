@@ -26,10 +26,10 @@ from verl.trainer.ppo.v1.trainer_base import get_trainer_cls  # noqa: E402
 from sat_ext.lag import LagConfig, LagConfigError  # noqa: E402
 from sat_ext.lag.schedule import scheduled_version  # noqa: E402
 from sat_ext.runlog import Expectation, Record, check_lag_schedule  # noqa: E402
-from sat_ext.verl.lag_overrides import BASE_MODE, TRAINER_MODE, verl_overrides  # noqa: E402
-from sat_ext.verl.lag_sampler import SATLagReplayBuffer  # noqa: E402
-from sat_ext.verl.lag_trainer import SATSeparateAsyncTrainer, batch_version, kept_versions  # noqa: E402
-from sat_ext.verl.prepared import UnpreparedConfigError, prepare_verl_config  # noqa: E402
+from sat_ext.verl.lag.overrides import BASE_MODE, TRAINER_MODE, verl_overrides  # noqa: E402
+from sat_ext.verl.lag.prepared import UnpreparedConfigError, prepare_verl_config  # noqa: E402
+from sat_ext.verl.lag.sampler import SATLagReplayBuffer  # noqa: E402
+from sat_ext.verl.lag.trainer import SATSeparateAsyncTrainer, batch_version, kept_versions  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 GPU_FREE = [
