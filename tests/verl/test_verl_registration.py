@@ -80,7 +80,7 @@ def test_the_lag_sampler_path_alone_loads_and_the_task_runner_registers_the_trai
 @pytest.mark.parametrize(
     "former, moved",
     [("lag_overrides", "overrides"), ("lag_sampler", "sampler"), ("lag_trainer", "trainer")]
-    + [(m, m) for m in ("prepared", "kept_weights", "resubmit")],
+    + [(m, m) for m in ("prepared", "kept_weights")],
 )
 def test_a_former_lag_module_path_is_the_moved_module(former, moved):
     pytest.importorskip("transfer_queue")
