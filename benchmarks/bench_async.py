@@ -10,7 +10,8 @@ rollout engine and the trainer each get one core (``--no-pin`` leaves them to th
 one intra-op thread (``OMP_NUM_THREADS=1``, vLLM's OpenMP threads bound to core 0), and a thread of this script
 pins, every second, the rollout's processes (vLLM, verl's agent loop and reward workers) to core 0 and the
 trainer's (verl's FSDP workers and TaskRunner, OpenRLHF's DeepSpeed actors) to core 1 with
-``sched_setaffinity`` on each of their threads.
+``sched_setaffinity`` on each of their threads; the run's other processes (Ray's own, verl's TransferQueue actors,
+the rollout's HTTP server) go where the scheduler puts them, or with ``--pin-others`` to the trainer's core.
 
 Per mode, at steady state (the global steps after the first lag window), from the framework's own step log:
 seconds per optimizer step (median, min, max), the trainer's wait for samples, the rollout's wait for weights
@@ -117,21 +118,30 @@ def core_of(process_text: str) -> int | None:
     return TRAINER_CORE if any(n in process_text for n in TRAINER_NAMES) else None
 
 
+PIN_SIDES, PIN_OTHERS, PIN_OFF = "sides", "sides+others", "off"
+
+
 class Pinner(threading.Thread):
     """Pins, every ``period`` seconds, each thread of the rollout's processes to :data:`ROLLOUT_CORE` and the
-    trainer's to :data:`TRAINER_CORE` (new processes and threads included); counts the processes it pinned."""
+    trainer's to :data:`TRAINER_CORE` (new processes and threads included), and with ``others`` every other
+    process of this run (this script's descendants: Ray's own, the TransferQueue actors, ...) to the trainer's core
+    too; counts the processes it pinned."""
 
-    def __init__(self, period: float = 1.0):
+    def __init__(self, others: bool, period: float = 1.0):
         super().__init__(daemon=True)
-        self.period, self.stop, self.pinned = period, threading.Event(), {}
+        self.others, self.period, self.stop, self.pinned = others, period, threading.Event(), {}
 
     def run(self) -> None:
         import psutil
 
+        me = psutil.Process()
         while not self.stop.wait(self.period):
+            ours = {me.pid, *(c.pid for c in me.children(recursive=True))} if self.others else set()
             for proc in psutil.process_iter(["pid", "cmdline", "name"]):
                 text = " ".join(proc.info["cmdline"] or []) + " " + (proc.info["name"] or "")
                 core = core_of(text)
+                if core is None and proc.info["pid"] in ours:
+                    core = TRAINER_CORE
                 if core is None:
                     continue
                 try:
@@ -145,7 +155,7 @@ class Pinner(threading.Thread):
 # ------------------------------------------------------------------------------------------------ runs
 
 
-def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, pin: bool, shape):
+def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, pin: str, shape):
     """Run ``mode`` for ``steps`` logged steps plus its warm-up; returns its step records."""
     from sat_ext.smoke.assets import write_model
     from sat_ext.smoke.runner import run
@@ -165,9 +175,9 @@ def _run(framework: str, mode: Mode, out: Path, steps: int, response_len: int, p
     cmd = fw.prepare(mode.variant, folder, model, total, "cpu", out)
     argv = _longer(framework, list(cmd.argv), response_len)
     env = {**cmd.env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    if pin:
+    if pin != PIN_OFF:
         env["VLLM_CPU_OMP_THREADS_BIND"] = str(ROLLOUT_CORE)
-    pinner = Pinner() if pin else None
+    pinner = Pinner(others=pin == PIN_OTHERS) if pin != PIN_OFF else None
     if pinner:
         pinner.start()
     # verl's file logger writes one unbuffered line per logged step; OpenRLHF's loops have no such count
@@ -381,7 +391,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=64, help="the random Qwen3's hidden size (head_dim 32)")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin the two sides to one core each")
+    p.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_const",
+        const=PIN_OFF,
+        default=PIN_SIDES,
+        help="do not pin the two sides to one core each",
+    )
+    p.add_argument(
+        "--pin-others",
+        dest="pin",
+        action="store_const",
+        const=PIN_OTHERS,
+        help="also pin the run's other processes (Ray's, verl's TransferQueue actors, ...) to the trainer's "
+        "core (default: where the scheduler puts them)",
+    )
     p.add_argument("--report-only", action="store_true", help="re-read the runs already in --out; run nothing")
     p.add_argument(
         "--verl-client",
@@ -419,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     env = environment(
         torch.device("cpu"),
-        pinned=str(args.pin),
+        pinned=args.pin,
         response_len=str(args.response_len),
         model=str(shape),
         verl_client=args.verl_client if args.framework == "verl" else "-",
