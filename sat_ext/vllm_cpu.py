@@ -13,9 +13,12 @@ from collections.abc import Iterable
 import torch
 
 
-def reload_weights(model_runner, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-    """Load ``weights`` (Hugging Face names, checkpoint format) into ``model_runner``'s model."""
+def reload_weights(model_runner, weights: Iterable[tuple[str, torch.Tensor]], prepack_moe: bool = True) -> None:
+    """Load ``weights`` (Hugging Face names, checkpoint format) into ``model_runner``'s model; ``prepack_moe=False``
+    skips the MoE prepack (the drift it prevents, for a test)."""
     model_runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+    if not prepack_moe:
+        return
     for module in model_runner.get_model().modules():
         kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
         if kernel is not None and hasattr(module, "w13_weight"):

@@ -29,6 +29,7 @@ import tempfile
 import torch
 
 from ... import shm
+from ...vllm_cpu import reload_weights
 from ..isa import follow_aten_cap
 from .base import Mismatch, Rollout
 
@@ -82,20 +83,11 @@ class SATWorkerExtension:
     """Methods vLLM mixes into its worker (``worker_extension_cls``); called through ``collective_rpc``."""
 
     def sat_load_weights(self, blob: bytes, prepack_moe: bool = True) -> None:
-        """Load a ``torch.save``-d checkpoint-format state dict into the served model in place.
-
-        vLLM's ``reload_weights`` re-runs each layer's weight processing, but for a fused-MoE layer it only
-        copies the new weights into the kernel's storage (a "weight update") and skips the CPU experts'
-        VNNI prepack that the first load did, so the MoE would compute with unpacked weights (outputs off
-        by ~3e-2 even for unchanged weights). The prepack is redone here (``prepack_moe=False`` shows the
-        bug, for a test)."""
-        state = torch.load(io.BytesIO(blob), weights_only=True)
-        self.model_runner.reload_weights(weights_iterator=iter(state.items()), is_checkpoint_format=True)
-        if prepack_moe:
-            for module in self.model_runner.get_model().modules():
-                kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
-                if kernel is not None and hasattr(module, "w13_weight"):
-                    kernel.fused_experts.process_weights_after_loading(module)
+        """Load a ``torch.save``-d checkpoint-format state dict into the served model in place, through vLLM's
+        reload path with the CPU experts' prepack redone (:func:`sat_ext.vllm_cpu.reload_weights`; without it the
+        MoE computes with unpacked weights, outputs off by ~3e-2 even for unchanged weights: ``prepack_moe=False``
+        shows it, for a test)."""
+        reload_weights(self.model_runner, torch.load(io.BytesIO(blob), weights_only=True).items(), prepack_moe)
 
     def sat_capture(self, on: bool) -> int:
         """Start (``on``) or stop recording the routers' top-k ids; returns the number of MoE layers."""

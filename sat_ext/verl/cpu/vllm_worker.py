@@ -2,10 +2,9 @@
 
 verl's :class:`vLLMColocateWorkerExtension` loads each received bucket with ``model.load_weights``, which
 fails on vLLM 0.31's CPU build once its kernels have repacked the linear and MoE weights at load time
-(``'Parameter' object has no attribute 'weight_loader'``). This subclass loads the buckets with
-``model_runner.reload_weights`` instead (which redoes the weight processing) and then redoes the CPU
-fused-MoE prepack that a reload skips (without it MoE outputs drift by ~1e-2). The received tensors are copied
-first: they are views into verl's shared-memory bucket, which verl closes after the last bucket.
+(``'Parameter' object has no attribute 'weight_loader'``). This subclass loads the buckets through vLLM's reload
+path instead (:func:`sat_ext.vllm_cpu.reload_weights`, with the MoE prepack a reload skips). The received tensors
+are copied first: they are views into verl's shared-memory bucket, which verl closes after the last bucket.
 
 The reload has processed the weights, so verl's own processing after the last bucket (vLLM's
 ``process_weights_after_loading`` on every model of :meth:`_iter_all_models_with_config`) must not run again: it
@@ -21,6 +20,8 @@ from __future__ import annotations
 import torch
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
+from sat_ext.vllm_cpu import reload_weights
+
 from .upstream import check_subclassed
 
 check_subclassed()
@@ -32,12 +33,7 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
     def _update_weights(self, weights: list[tuple[str, torch.Tensor]], peft_config: dict, base_sync_done: bool):
         if peft_config:
             raise NotImplementedError("sat_ext's CPU setup does not sync LoRA adapters")
-        state = [(name, tensor.detach().clone()) for name, tensor in weights]
-        self.model_runner.reload_weights(weights_iterator=iter(state), is_checkpoint_format=True)
-        for module in self.model_runner.get_model().modules():
-            kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
-            if kernel is not None and hasattr(module, "w13_weight"):
-                kernel.fused_experts.process_weights_after_loading(module)
+        reload_weights(self.model_runner, [(name, tensor.detach().clone()) for name, tensor in weights])
 
     def _iter_all_models_with_config(self):
         """No model to post-process after the last bucket: :meth:`_update_weights`'s reload has (module doc)."""
