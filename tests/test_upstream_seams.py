@@ -3,8 +3,9 @@
 Static (AST only, no framework import; < 1 s): the private names listed there (``Private(module, name, use)``)
 appear in no other module of the package; no other module imports a private name from verl / OpenRLHF, calls a
 private method through ``super()``, or rebinds a function's ``__globals__``. The CPU setups
-(``sat_ext/*/cpu/``) have their own list, ``cpu/upstream.py``, and are left out here; so is the CPU demo
-(``sat_ext/demo``), which reaches verl's private ``_update_weights`` only through the CPU setup.
+(``sat_ext/*/cpu/``) list theirs in ``cpu/upstream.py`` (``Private`` and ``Patch`` entries) and override verl's
+vLLM worker hooks through ``verl/cpu/worker_seam.py``; the CPU demo (``sat_ext/demo``) is left out: it reaches verl's
+private ``_update_weights`` only through the CPU setup.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "sat_ext"
-SEAMS = [PACKAGE / "verl" / "_upstream.py", PACKAGE / "openrlhf" / "_upstream.py"]
+SEAMS = [
+    *(PACKAGE / fw / "_upstream.py" for fw in ("verl", "openrlhf")),
+    *(PACKAGE / fw / "cpu" / "upstream.py" for fw in ("verl", "openrlhf")),
+    PACKAGE / "verl" / "cpu" / "worker_seam.py",
+]
 UPSTREAM = ("verl", "openrlhf", "transfer_queue")
 
 
@@ -21,7 +26,7 @@ def _listed_names() -> set[str]:
     names = set()
     for seam in SEAMS:
         for node in ast.walk(ast.parse(seam.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Private":
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("Private", "Patch"):
                 dotted = node.args[1].value
                 names.update(
                     p for p in dotted.replace(":", ".").split(".") if p.startswith("_") and not p.startswith("__")
@@ -30,7 +35,7 @@ def _listed_names() -> set[str]:
 
 
 def _modules() -> list[Path]:
-    skip = {PACKAGE / "demo", PACKAGE / "verl" / "cpu", PACKAGE / "openrlhf" / "cpu", PACKAGE / "core"}
+    skip = {PACKAGE / "demo", PACKAGE / "core"}
     return [p for p in sorted(PACKAGE.rglob("*.py")) if p not in SEAMS and not any(s in p.parents for s in skip)]
 
 

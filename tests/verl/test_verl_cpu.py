@@ -107,7 +107,7 @@ def test_verls_post_processing_after_the_reload_sees_no_model():
         from sat_ext.verl.cpu.vllm_worker import CPUWorkerExtension
         users = [n for n, f in vars(Base).items() if callable(f) and n != "_iter_all_models_with_config"
                  and "_iter_all_models_with_config" in inspect.getsource(f)]
-        print(users, list(CPUWorkerExtension._iter_all_models_with_config(object())))
+        print(users, list(CPUWorkerExtension._iter_all_models_with_config(object.__new__(CPUWorkerExtension))))
         """
     )
     out = _probe(code, SAT_EXT_VERL_CPU="1")

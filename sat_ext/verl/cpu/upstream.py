@@ -82,7 +82,8 @@ PATCHES = (
 )
 
 
-#: private methods the CPU setup overrides in a subclass (not patched)
+#: private methods the CPU setup overrides in a subclass (not patched), through the seam
+#: :class:`sat_ext.verl.cpu.worker_seam.WorkerExtensionSeam`
 SUBCLASSED = (
     Private(
         "verl.workers.rollout.vllm_rollout.utils",

@@ -18,23 +18,20 @@ Selected with ``actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cl
 from __future__ import annotations
 
 import torch
-from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
 from sat_ext.vllm_cpu import reload_weights
 
-from .upstream import check_subclassed
-
-check_subclassed()
+from .worker_seam import WorkerExtensionSeam
 
 
-class CPUWorkerExtension(vLLMColocateWorkerExtension):
-    """verl's extension with :meth:`_update_weights` replaced for the CPU build (module doc)."""
+class CPUWorkerExtension(WorkerExtensionSeam):
+    """verl's extension with its bucket load replaced for the CPU build (module doc)."""
 
-    def _update_weights(self, weights: list[tuple[str, torch.Tensor]], peft_config: dict, base_sync_done: bool):
+    def load_bucket(self, weights: list[tuple[str, torch.Tensor]], peft_config: dict) -> None:
         if peft_config:
             raise NotImplementedError("sat_ext's CPU setup does not sync LoRA adapters")
         reload_weights(self.model_runner, [(name, tensor.detach().clone()) for name, tensor in weights])
 
-    def _iter_all_models_with_config(self):
-        """No model to post-process after the last bucket: :meth:`_update_weights`'s reload has (module doc)."""
+    def models_to_post_process(self):
+        """None: :meth:`load_bucket`'s reload has processed them (module doc)."""
         return iter(())
