@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     base = "sync-separate" if args.framework == "verl" else "sync"
     if base not in names:
         names.insert(0, base)
-    from sat_ext.preflight.tiny_model import TinyShape
+    from sat_ext.tiny_model import TinyShape
 
     shape = TinyShape(
         hidden_size=args.hidden,

@@ -1,7 +1,7 @@
 """What the targets of one preflight share, built once under ``<out>/assets``: the data rows and the tiny models.
 
 Data (:mod:`sat_ext.preflight.data`): the config's own files where every one exists (their first
-:data:`ROW_LIMIT` rows), else the shipped sample. The tiny model (:mod:`sat_ext.preflight.tiny_model`): one per
+:data:`ROW_LIMIT` rows), else the shipped sample. The tiny model (:mod:`sat_ext.tiny_model`): one per
 architecture family and data, its tokenizer trained on those rows' prompts and answers, warm-started on them.
 """
 
@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sat_ext.tiny_model import ANSWER_FORMAT, BuiltModel, TinyShape, longest_prompt, write_tiny_model
+
 from .data import DataRow, read_jsonl_rows, read_parquet_rows, sample_files
-from .tiny_model import ANSWER_FORMAT, BuiltModel, TinyShape, longest_prompt, write_tiny_model
 
 ROW_LIMIT = 512  # rows of a config's own data files the preflight reads
 ROLE_WORDS = ["user", "assistant", "system"]

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sat_ext.example_configs import examples_root
+from sat_ext.tiny_model import Example
 
-from .tiny_model import Example
 from .verl_target import PreflightError
 
 

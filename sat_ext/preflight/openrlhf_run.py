@@ -26,12 +26,12 @@ from sat_ext.runlog import CheckResult, Expectation, Record, check_run, read_log
 from sat_ext.smoke import checks as smoke_checks
 from sat_ext.smoke.runner import Command
 from sat_ext.smoke.tensorboard import write_metrics
+from sat_ext.tiny_model import family_of
 
 from . import openrlhf_flags as F
 from .assets import Assets
 from .data import write_rows
 from .substitution import Plan, Row
-from .tiny_model import family_of
 from .verl_plan import MAX_FACTOR
 from .verl_run import Options
 from .verl_target import PreflightError

@@ -4,7 +4,7 @@ in the substitution table (docs/preflight.md).
 :func:`plan` applies, in order:
 
 1. on the CPU, a Megatron config on FSDP2 (:mod:`sat_ext.preflight.megatron_fsdp`);
-2. the model: a tiny model of the same family (:mod:`sat_ext.preflight.tiny_model`);
+2. the model: a tiny model of the same family (:mod:`sat_ext.tiny_model`);
 3. on the CPU, the machine: SGLang to vLLM's CPU build, GPU and node counts to one, the CPU setup's settings
    (:func:`sat_ext.verl.cpu.config.cpu_settings`), worker processes to one each;
 4. lengths and batch sizes divided by one factor (:func:`scale_factor`), the lag's prefetch kept;

@@ -18,12 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 from sat_ext.runlog import CheckResult, Record, check_run, read_log, training_records
 from sat_ext.smoke import checks as smoke_checks
 from sat_ext.smoke.runner import Command
+from sat_ext.tiny_model import TinyShape, family_of, shape_for
 
 from . import checks
 from .assets import Assets
 from .data import DataRow, verl_files, write_rows
 from .substitution import Plan
-from .tiny_model import TinyShape, family_of, shape_for
 from .verl_plan import A, Context, R, plan
 from .verl_target import Target, compose, resolve
 

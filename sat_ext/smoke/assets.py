@@ -30,13 +30,13 @@ def vocabulary() -> list[str]:
 
 
 def write_model(folder: Path, shape=None) -> Path:
-    """A random Qwen3 causal LM (:func:`sat_ext.preflight.tiny_model.build_model`'s dense family; ``shape`` a
-    :class:`~sat_ext.preflight.tiny_model.TinyShape`, by default its own with 256 positions) and its character
+    """A random Qwen3 causal LM (:func:`sat_ext.tiny_model.build_model`'s dense family; ``shape`` a
+    :class:`~sat_ext.tiny_model.TinyShape`, by default its own with 256 positions) and its character
     tokenizer under ``folder`` (Hugging Face layout); returns ``folder``."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from sat_ext.preflight.tiny_model import TinyShape, build_model
+    from sat_ext.tiny_model import TinyShape, build_model
 
     folder.mkdir(parents=True, exist_ok=True)
     vocab = {token: i for i, token in enumerate(vocabulary())}

@@ -10,7 +10,7 @@ import torch  # noqa: E402
 from sat_ext.examples import math_reward  # noqa: E402
 from sat_ext.preflight.assets import Assets  # noqa: E402
 from sat_ext.preflight.data import read_jsonl_rows, write_rows  # noqa: E402
-from sat_ext.preflight.tiny_model import ANSWER_FORMAT, family_of, longest_prompt, with_distractors  # noqa: E402
+from sat_ext.tiny_model import ANSWER_FORMAT, family_of, longest_prompt, with_distractors  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -130,7 +130,7 @@ def test_a_prefetch_that_needs_the_nudged_float_keeps_it_after_scaling(composed)
 
 def test_on_a_gpu_only_the_model_and_the_runs_own_keys_change(composed):
     """--device cuda (not run here: no GPU): Megatron, SGLang, the lengths and R3 stay as the config has them."""
-    from sat_ext.preflight.tiny_model import shape_for
+    from sat_ext.tiny_model import shape_for
 
     config = composed[f"{BIG}/sat_gspo_r3_lag8"]
     planned = plan(config, _ctx(device="cuda"))
