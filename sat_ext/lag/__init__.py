@@ -6,7 +6,7 @@
 - :mod:`.batches`: which groups are consumed next (the batch-wise FIFO rule, the drop rule, the bound).
 - :mod:`.accounting`: the lags of a consumed batch (the one rule the verl sampler, OpenRLHF's trainer and the
   controller apply).
-- :mod:`.metrics`: the per-step flat metrics dict.
+- :mod:`.metrics`: the per-step flat metrics dict, and which groups over the bound leave (dropped or regenerated).
 - :mod:`.turns`: per-turn version records of agent episodes and the per-token lag metrics they give.
 - :mod:`.controller`: an in-process controller built from the rules above (the demo and the simulations).
 

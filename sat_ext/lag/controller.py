@@ -2,8 +2,8 @@
 
 It drives the CPU demo and the lag simulations (benchmarks/); the verl and OpenRLHF paths keep their own
 engines' queues and use the same rules (:mod:`.schedule` for admission and the interval schedule,
-:mod:`.batches` for which groups are taken, :mod:`.versions` for lag, :mod:`.metrics`). Single-threaded:
-every method returns at once (``None`` where a caller would wait). Protocol:
+:mod:`.batches` for which groups are taken, :mod:`.versions` for lag, :mod:`.metrics`, which also counts the groups
+over the bound). Single-threaded: every method returns at once (``None`` where a caller would wait). Protocol:
 
 - producer: ``claim()`` -> generate -> ``submit(claim, payload, span)``;
 - consumer: ``take()`` -> train -> ``complete_step()`` -> if it returned True: wait for ``sync_allowed()``,
@@ -224,19 +224,15 @@ class LagController:
         return sample_id
 
     def _purge_over_bound(self) -> None:
-        """Bounded mode: a submitted sample already over the bound leaves now, dropped or regenerated as
-        ``over_bound`` says. With ``wait`` admission control keeps every lag within the bound, so a sample over it
-        is a fault (a producer's wrong span): it is dropped and counted under ``lag/dropped`` rather than left at
-        the head of the queue, where every later ``take()`` would refuse it."""
-        if self.cfg.mode != "bounded":
-            return
-        for sample_id, item in list(self._samples.items()):
-            if item.span is None or not over_bound(self.cfg, sample_lag(self.version, item.span)):
-                continue
-            if self.cfg.over_bound != "regenerate":
-                del self._samples[sample_id]
-                self.metrics.record_dropped(1, item.response_tokens)
-            else:
-                self.metrics.record_regenerated(1, item.response_tokens)
+        """Bounded mode: a submitted sample already over the bound leaves now (:meth:`.LagMetrics.record_over_bound`);
+        one to regenerate opens again as a new attempt."""
+        done = [(sample_id, item) for sample_id, item in self._samples.items() if item.span is not None]
+        over = [over_bound(self.cfg, sample_lag(self.version, item.span)) for _, item in done]
+        tokens = [item.response_tokens for _, item in done]
+        keep, regenerate = self.metrics.record_over_bound(self.cfg.over_bound, over, tokens)
+        for i, (sample_id, item) in enumerate(done):
+            if i in regenerate:  # in place: the dict's order is the order of later requeues
                 self._samples[sample_id] = _Sample(attempt=item.attempt + 1, step=item.step)
                 self._requeue.append(sample_id)
+            elif not keep[i]:
+                del self._samples[sample_id]

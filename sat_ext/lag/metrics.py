@@ -7,11 +7,9 @@ Keys (all under ``lag/``): ``min``, ``mean``, ``max`` (lag in versions of the sa
 consumed and of those dropped or regenerated for staleness this step; 0.0 when none or not reported),
 ``consumer_idle_s``, ``producer_idle_s`` (when tracked), ``consumer_waits`` (when tracked: the times the trainer
 looked for its batch and found it not ready, an event count that a busy machine does not inflate as it does
-seconds), ``version``,
-``trainer_step``,
-and in interval mode ``scheduled/min|mean|max`` and ``scheduled_steps/min|mean|max`` (the schedule's lag of
-the samples consumed this step, in versions and in trainer steps) and ``off_schedule`` (samples whose lag
-differs from the schedule).
+seconds), ``version``, ``trainer_step``, and in interval mode ``scheduled/min|mean|max`` and
+``scheduled_steps/min|mean|max`` (the schedule's lag of the samples consumed this step, in versions and in trainer
+steps) and ``off_schedule`` (samples whose lag differs from the schedule).
 """
 
 from __future__ import annotations
@@ -113,6 +111,23 @@ class LagMetrics:
         self.stale_tokens += response_tokens
         self.regenerated += n
         self.regenerated_total += n
+
+    def record_over_bound(
+        self, over_bound: str, over: Sequence[bool], response_tokens: Sequence[int], group_size: int = 1
+    ) -> tuple[list[bool], list[int]]:
+        """Count the samples ``over`` the bound (:func:`sat_ext.lag.batches.over_bound`), in contiguous whole groups
+        of ``group_size``: a group with one over leaves whole, counted as regenerated if ``over_bound`` is
+        "regenerate", else as dropped (with "wait" it is a fault, dropped rather than left at the head of the queue).
+        Returns whether each sample stays, and the first sample of each group to regenerate."""
+        regenerating = over_bound == "regenerate"
+        record = self.record_regenerated if regenerating else self.record_dropped
+        keep, leaving = [True] * len(over), []
+        for start in range(0, len(over), group_size):
+            if any(over[start : start + group_size]):
+                keep[start : start + group_size] = [False] * group_size
+                record(group_size, sum(response_tokens[start : start + group_size]))
+                leaving.append(start)
+        return keep, leaving if regenerating else []
 
     def add_consumer_idle(self, seconds: float) -> None:
         """Time the trainer spent waiting for samples or for a sync to be allowed."""

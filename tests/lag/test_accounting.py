@@ -27,3 +27,16 @@ def test_bounded_mode_flags_and_refuses_samples_over_the_bound():
     assert lags.lags == (1, 2) and lags.over == (False, True) and lags.scheduled is None
     with pytest.raises(AssertionError, match="here: a sample with lag 2 > lag.max_lag=1"):
         check_within_bound(cfg, lags, "here")
+
+
+@pytest.mark.parametrize("over_bound,dropped,regenerated,requeued", [("drop", 4, 0, []), ("regenerate", 0, 4, [0, 4])])
+def test_a_group_with_a_sample_over_the_bound_leaves_whole(over_bound, dropped, regenerated, requeued):
+    """LagMetrics.record_over_bound, the over-bound bookkeeping the controller (groups of 1) and OpenRLHF's trainer
+    (prompt groups of n) share: the whole group leaves, counted with its response tokens."""
+    metrics = LagMetrics(LagConfig().hist_edges)
+    over, tokens = [True, False, False, False, False, True], [1, 2, 3, 4, 5, 6]
+    keep, regenerate = metrics.record_over_bound(over_bound, over, tokens, group_size=2)
+    assert keep == [False, False, True, True, False, False] and regenerate == requeued
+    out = metrics.flush(0, 1)
+    assert (out["lag/dropped"], out["lag/regenerated"]) == (dropped, regenerated)
+    assert out["lag/dropped_len_mean"] == (1 + 2 + 5 + 6) / 4

@@ -168,31 +168,20 @@ def lag_actor_classes() -> SimpleNamespace:
             return super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
 
         def _lag_consume(self, rollout_samples, version: int, steps_done: int) -> list:
-            """The samples to train on: every sample's lag recorded; in bounded mode the prompt groups with a
-            sample over the bound are removed (dropped, or sent back to the generator to regenerate); with
-            ``over_bound wait`` (the default) OpenRLHF's first-in first-out queue of at most L batches is the
-            guarantee, and a group over the bound is a fault, dropped and counted under ``lag/dropped``."""
+            """The samples to train on: every sample's lag recorded; in bounded mode the prompt groups with a sample
+            over the bound removed (:meth:`LagMetrics.record_over_bound`), those to regenerate sent back to the
+            generator. With ``over_bound wait`` OpenRLHF's FIFO queue of at most L batches keeps lags in the bound."""
             cfg = self.lag_cfg
             lags = batch_lags(cfg, version, steps_done, [_span([s]) for s in rollout_samples])
             tokens = [_response_tokens(s) for s in rollout_samples]
-            over = list(lags.over)
-            if any(over):
-                n = self.args.rollout.n_samples_per_prompt
+            n = self.args.rollout.n_samples_per_prompt
+            if any(lags.over):
                 _prompt_groups(rollout_samples, n)  # raises unless whole groups
-                requeue = []
-                for start in range(0, len(rollout_samples), n):
-                    if any(over[start : start + n]):
-                        over[start : start + n] = [True] * n
-                        group_tokens = sum(tokens[start : start + n])
-                        if cfg.over_bound != "regenerate":
-                            self.lag_metrics.record_dropped(n, group_tokens)
-                        else:
-                            self.lag_metrics.record_regenerated(n, group_tokens)
-                            first = rollout_samples[start]
-                            requeue.append((None, first.prompts[:1], first.labels[:1], first.images[:1] or [None]))
-                if requeue:
-                    ray.get(self.lag_clock.requeue.remote(requeue))
-            keep = [not stale for stale in over]
+            keep, regenerate = self.lag_metrics.record_over_bound(cfg.over_bound, lags.over, tokens, n)
+            if regenerate:
+                firsts = [rollout_samples[start] for start in regenerate]
+                requeue = [(None, s.prompts[:1], s.labels[:1], s.images[:1] or [None]) for s in firsts]
+                ray.get(self.lag_clock.requeue.remote(requeue))
             self.lag_metrics.record_batch(lags, tokens, keep)
             kept = [sample for sample, stays in zip(rollout_samples, keep, strict=True) if stays]
             self.token_lags.record_batch(version, [_trajectory(sample) for sample in kept])
