@@ -10,7 +10,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import tempfile
 import time
 
 import pytest
+from _background import Background
 
 SAT_EXT = [sys.executable, "-m", "sat_ext.cli"]
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -61,10 +61,10 @@ def _free_port() -> int:
 
 @pytest.fixture
 def ray_head():
-    """A real `ray start --head` cluster (no token auth), stopped by ending its process group."""
+    """A real `ray start --head` cluster (no token auth), stopped with its whole process tree."""
     port = _free_port()
     ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or "ray"
-    head = subprocess.Popen(
+    head = Background(
         [
             ray_cli,
             "start",
@@ -75,27 +75,17 @@ def ray_head():
             "--disable-usage-stats",
             "--block",
         ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
         env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""},
     )
     try:
         deadline = time.time() + 120
-        for line in head.stdout:  # wait for "Ray runtime started"
-            if "Ray runtime started" in line:
-                break
-            if time.time() > deadline or head.poll() is not None:
-                raise RuntimeError("ray start --head did not come up")
+        while "Ray runtime started" not in head.stdout + head.stderr:
+            if time.time() > deadline or head.returncode is not None:
+                raise RuntimeError(f"ray start --head did not come up: {head.tail()}")
+            time.sleep(0.2)
         yield f"127.0.0.1:{port}"
     finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait(timeout=30)
+        head.stop()
         # `ray start` recorded this head as the machine's default cluster; a later ray.init() would try to join it
         current = pathlib.Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
         if current.exists() and current.read_text().strip().endswith(f":{port}"):

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _background import Background
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "openrlhf_aime_qwen3_30b"
@@ -62,35 +63,18 @@ def _can_run_harness() -> bool:
     )
 
 
-BACKGROUND_USERS = (
-    "test_example_flags_pass_openrlhfs_parser_and_sats_checks",
-    "test_sat_config_built_from_the_example_flags",
-    "test_the_launcher_refuses_the_example_without_rollout_logprobs",
-)
-
-
-def start_background():
+def start_background() -> Background:
     """OpenRLHF's real CLI through the launcher on every example command (a fresh process: see the harness)."""
-    from _background import start
-
     if not _can_run_harness():
-        return None
-
-    def build(workdir: Path) -> list[str]:
-        (workdir / "in.json").write_text(json.dumps(_cases()))
-        return [sys.executable, str(HARNESS), str(workdir / "in.json"), str(workdir / "out.json")]
-
-    return start(build)
+        pytest.skip("openrlhf, sat_ext.openrlhf's launcher or tests/openrlhf/_openrlhf_stubs.py is missing")
+    argv = [sys.executable, str(HARNESS), "in.json", "out.json"]
+    return Background(argv, inputs={"in.json": json.dumps(_cases())})
 
 
 @pytest.fixture(scope="module")
-def parsed():
-    if not _can_run_harness():
-        pytest.skip("openrlhf, sat_ext.openrlhf's launcher or tests/openrlhf/_openrlhf_stubs.py is missing")
-    job = globals().get("_BACKGROUND_JOB") or start_background()
-    rc, out, err = job.wait(timeout=300)
-    assert rc == 0, out[-3000:] + err[-3000:]
-    return json.loads((job.workdir / "out.json").read_text())
+def parsed(background):
+    assert background.wait(timeout=300) == 0, background.tail()
+    return json.loads((background.workdir / "out.json").read_text())
 
 
 def _args(parsed, case):

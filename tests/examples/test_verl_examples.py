@@ -31,6 +31,7 @@ import pytest
 pytest.importorskip("verl")
 
 import verl  # noqa: E402
+from _background import Background  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
@@ -784,35 +785,26 @@ def test_run_sh_overrides_compose(tmp_path):
     assert list(cfg.trainer.logger) == ["console", "file"]
 
 
-BACKGROUND_USERS = ("test_main_ppo_cli_composes_the_variant",)
-
-
-def start_background():
+def start_background() -> Background:
     """The real entry point: run.sh -> python -m sat_ext.verl.main_ppo ... --cfg job (prints, then exits), with
     overrides and options interleaved as issue #23's failing command had them."""
-    from _background import start
-
-    def build(workdir: Path) -> list[str]:
-        return [
-            "bash",
-            str(EXAMPLE / "run.sh"),
-            "sat_gspo_r3_lag1",
-            "denominator=rollout",
-            "--cfg",
-            "job",
-            "trainer.total_training_steps=3",
-            "--resolve",
-        ]
-
+    argv = [
+        "bash",
+        str(EXAMPLE / "run.sh"),
+        "sat_gspo_r3_lag1",
+        "denominator=rollout",
+        "--cfg",
+        "job",
+        "trainer.total_training_steps=3",
+        "--resolve",
+    ]
     env = {**os.environ, "PYTHON": sys.executable, "SAT_DATA_DIR": "/data/sat_aime_test", "SAT_LOG_DIR": "logs"}
-    return start(build, env=env)
+    return Background(argv, env=env)
 
 
-def test_main_ppo_cli_composes_the_variant():
-    job = globals().get("_BACKGROUND_JOB") or start_background()
-    rc, out, err = job.wait(timeout=180)
-    assert rc == 0, err[-3000:]
-    cfg = OmegaConf.create(out)
+def test_main_ppo_cli_composes_the_variant(background):
+    assert background.wait(timeout=180) == 0, background.tail()
+    cfg = OmegaConf.create(background.stdout)
     pl = cfg.actor_rollout_ref.actor.policy_loss
     assert pl._target_ == SAT_TARGET and pl.loss_mode == "sat_gspo" and pl.sat_gspo_gate_level == "broadcast"
     assert cfg.data.train_files == "/data/sat_aime_test/train.parquet"
@@ -820,4 +812,5 @@ def test_main_ppo_cli_composes_the_variant():
     assert cfg.trainer.v1.sampler.custom_sampler.name == "SATLagReplayBuffer"
     assert cfg.algorithm.rollout_correction.bypass_mode is True and cfg.trainer.total_training_steps == 3
     assert cfg.trainer.experiment_name == "sat_gspo_r3_lag1_rollout_lp"
-    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_ROOT == str((job.workdir / "logs").resolve())
+    logs = (background.workdir / "logs").resolve()
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_ROOT == str(logs)

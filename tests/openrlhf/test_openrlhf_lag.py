@@ -1,53 +1,36 @@
 """sat_ext's lag modes on OpenRLHF 0.11.2's asynchronous trainer (sat_ext.openrlhf.lag), on CPU.
 
 Everything runs in one subprocess, _openrlhf_lag_harness.py (what is real there and what stands in for vLLM
-and the DeepSpeed actors: its docstring), started when this module is imported so that it overlaps the
-other tests; its JSON result is the ``lag_harness`` fixture. Three parts:
+and the DeepSpeed actors: its docstring), the ``background`` job (tests/conftest.py starts it when collection
+ends, so that it overlaps the other tests); its JSON result is the ``lag_harness`` fixture. Three parts:
 - OpenRLHF's real CLI parser and validation through the launcher: flags accepted, refused with messages;
 - the real ``GenerateSamplesActor`` / ``TrainingActor`` loops of the lag subclasses, in threads, per mode;
 - one run started the way OpenRLHF's ``train()`` starts it, each actor in its own Ray worker process.
 """
 
-import atexit
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 
 import pytest
+from _background import Background
 from _openrlhf_cli import refused, trained
 
 from sat_ext.lag.schedule import scheduled_lag
 
 HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_openrlhf_lag_harness.py")
 N_SAMPLES = 2  # --rollout.n_samples_per_prompt in the harness
-_WORKDIR = tempfile.mkdtemp(prefix="openrlhf_lag_test_")
-_LOG = open(os.path.join(_WORKDIR, "log.txt"), "w")
-_PROC = subprocess.Popen(
-    [sys.executable, HARNESS, os.path.join(_WORKDIR, "result.json")], stdout=_LOG, stderr=subprocess.STDOUT
-)
 
 
-@atexit.register
-def _cleanup():
-    if _PROC.poll() is None:
-        _PROC.kill()
-    _PROC.wait()
-    _LOG.close()
-    shutil.rmtree(_WORKDIR, ignore_errors=True)
+def start_background() -> Background:
+    return Background([sys.executable, HARNESS, "result.json"])
 
 
 @pytest.fixture(scope="module")
-def lag_harness():
-    rc = _PROC.wait(timeout=900)  # about 70 s quiet, 7 min beside four busy processes on the 2-core machine
-    _LOG.flush()
-    with open(os.path.join(_WORKDIR, "log.txt")) as f:
-        log = f.read()
-    assert rc == 0, log[-8000:]
-    with open(os.path.join(_WORKDIR, "result.json")) as f:
-        result = json.load(f)
+def lag_harness(background):
+    # about 70 s quiet, 7 min beside four busy processes on the 2-core machine
+    assert background.wait(timeout=900) == 0, background.tail()
+    result = json.loads((background.workdir / "result.json").read_text())
     assert "error" not in result, result["error"]
     return result
 

@@ -1,13 +1,31 @@
 """The launcher against OpenRLHF 0.11.2's real CLI parser, and the loss swap inside a real Ray actor process.
 
-Both run in one subprocess, _openrlhf_harness.py (why, and exactly what is real there), started by
-conftest.py when collection ends; its result is the ``openrlhf_harness`` fixture.
+Both run in one subprocess, _openrlhf_harness.py (why, and exactly what is real there), the ``background`` job
+(tests/conftest.py starts it when collection ends); its result is the ``openrlhf_harness`` fixture.
 """
 
+import json
+import os
+import sys
+
 import pytest
+from _background import Background
 from _openrlhf_cli import clockless, refused, trained
 
 from sat_ext.core import METRIC_KEYS
+
+HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_openrlhf_harness.py")
+
+
+def start_background() -> Background:
+    return Background([sys.executable, HARNESS, "result.json"])
+
+
+@pytest.fixture(scope="module")
+def openrlhf_harness(background):
+    """The harness's JSON result (the CLI cases and the Ray worker's report)."""
+    assert background.wait(timeout=400) == 0, background.tail()
+    return json.loads((background.workdir / "result.json").read_text())
 
 
 @pytest.fixture(scope="module")

@@ -1,18 +1,16 @@
-"""Fresh interpreters for test_verl_registration.py, started early so that they overlap other tests.
-
-conftest.py starts them right after collection when a registration test is selected (the verl import in
-each fresh process costs seconds of CPU; the in-process tests mostly leave the second core idle). Output goes
-to temporary files, not pipes, so nothing blocks while nobody reads.
+"""Fresh interpreters for test_verl_registration.py, its ``background`` jobs: tests/conftest.py starts them right
+after collection when a registration test is selected, so that they overlap other tests (the verl import in each
+fresh process costs seconds of CPU; the in-process tests mostly leave the second core idle).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import textwrap
+
+from _background import Background
 
 PY = sys.executable
 PROBE = textwrap.dedent(
@@ -86,40 +84,22 @@ ENVS = {
     "lag_paths": {},
 }
 
-_procs: dict = {}
 
-
-def launch() -> None:
-    """Start every script once (idempotent)."""
-    if _procs:
-        return
+def start() -> dict[str, Background]:
+    """Every script in its own fresh interpreter, all at once."""
+    jobs = {}
     for name, script in SCRIPTS.items():
         env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
-        env.update(ENVS[name])
-        env["OMP_NUM_THREADS"] = "1"
-        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-        proc = subprocess.Popen([PY, "-c", script], env=env, stdout=out, stderr=err, text=True, cwd="/")
-        _procs[name] = (proc, out, err)
+        env.update(ENVS[name], OMP_NUM_THREADS="1")
+        jobs[name] = Background([PY, "-c", script], env=env)
+    return jobs
 
 
-def results(timeout: float = 300) -> dict:
+def results(jobs: dict[str, Background], timeout: float = 300) -> dict:
     """name -> (returncode, last JSON line of stdout or None, stderr)."""
-    launch()
     res = {}
-    for name, (proc, out, err) in _procs.items():
-        proc.wait(timeout=timeout)
-        out.seek(0)
-        err.seek(0)
-        last = [ln for ln in out.read().splitlines() if ln.startswith("{")]
-        res[name] = (proc.returncode, json.loads(last[-1]) if last else None, err.read())
+    for name, job in jobs.items():
+        rc = job.wait(timeout)
+        last = [ln for ln in job.stdout.splitlines() if ln.startswith("{")]
+        res[name] = (rc, json.loads(last[-1]) if last else None, job.stderr)
     return res
-
-
-def kill_leftovers() -> None:
-    for proc, out, err in _procs.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        out.close()
-        err.close()
-    _procs.clear()

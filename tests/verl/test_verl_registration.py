@@ -17,22 +17,21 @@ from __future__ import annotations
 import importlib
 import os
 
+import _verl_fresh
 import pytest
 from _verl_helpers import compose, sat_overrides
 
 SAT_MODULE = "sat_ext.verl.loss"
 
 
-@pytest.fixture(scope="module")
-def fresh():
-    """Every script of _verl_fresh in its own fresh interpreter (started concurrently, possibly already at
-    collection by conftest.py); name -> (returncode, json, stderr)."""
-    import _verl_fresh
+start_background = _verl_fresh.start
 
-    try:
-        yield _verl_fresh.results()
-    finally:
-        _verl_fresh.kill_leftovers()
+
+@pytest.fixture(scope="module")
+def fresh(background):
+    """Every script of _verl_fresh in its own fresh interpreter (started together when collection ended);
+    name -> (returncode, json, stderr)."""
+    return _verl_fresh.results(background)
 
 
 def test_import_verl_registers_both_losses(fresh):
