@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .methods import label, parse_method
+from .methods import Method
 from .plan import Plan
 from .spec import RunResult
 from .stats import COLLAPSE, TOL_FLOOR, WORDS, Diff, collapse_onset, mean_se, paired, stable_lag, verdict
-from .tables import collapsed, hmean
+from .tables import collapsed, csv_row, hmean
 
 FIELDS = (
     "loss",
@@ -54,7 +54,7 @@ FIELDS = (
 class Cell:
     """The runs of one (method, lag, lr multiple) and what the frontier reads from them."""
 
-    loss: str
+    method: Method
     lag: int
     lr_mult: float
     runs: list[RunResult] = field(default_factory=list)
@@ -76,11 +76,9 @@ class Cell:
 
     def row(self) -> dict:
         onsets = [o for o in (collapse_onset(r.evals) for r in self.runs if collapsed(r)) if o is not None]
-        sat = parse_method(self.loss).is_sat
         g = self.gain
         return {
-            "loss": self.loss,
-            "label": label(self.loss),
+            "method": self.method,
             "lag": self.lag,
             "lr_mult": self.lr_mult,
             "lr": self.runs[0].spec.recipe.lr,
@@ -98,39 +96,34 @@ class Cell:
             "abs_log_ratio_mean": float(np.mean([hmean(r, "abs_log_ratio/mean") for r in self.runs])),
             "clipfrac": float(np.mean([hmean(r, "actor/pg_clipfrac") for r in self.runs])),
             "sat_gate_rate": float(np.mean([hmean(r, "actor/sat/gate_rate") for r in self.runs]))
-            if sat
+            if self.method.is_sat
             else float("nan"),
             "wall_s": float(np.mean([r.wall_s for r in self.runs])),
         }
 
 
 class Grid:
-    """The cells of a frontier sweep, by (method key, lag, lr multiple)."""
+    """The cells of a frontier sweep, by (method, lag, lr multiple)."""
 
     def __init__(self, plan: Plan, results: list[RunResult]):
-        self.losses, self.lags, self.mults = plan.losses, list(plan.lags), list(plan.lr_mults)
+        self.methods, self.lags, self.mults = list(plan.methods), list(plan.lags), list(plan.lr_mults)
         by_lr = {plan.base_lr * m: m for m in self.mults}
-        self.cells: dict[tuple[str, int, float], Cell] = {}
+        self.cells: dict[tuple[Method, int, float], Cell] = {}
         for r in results:
             m = by_lr[r.spec.recipe.lr]
-            key = (r.spec.loss, r.spec.lag, m)
+            key = (r.spec.method, r.spec.lag, m)
             self.cells.setdefault(key, Cell(*key)).runs.append(r)
 
-    def get(self, loss: str, lag: int, mult: float) -> Cell | None:
-        return self.cells.get((loss, lag, mult))
+    def get(self, method: Method, lag: int, mult: float) -> Cell | None:
+        return self.cells.get((method, lag, mult))
 
-    def stable(self, loss: str, mult: float) -> int | None:
-        """The stable lag of ``loss`` at ``mult`` over the lags that finished."""
-        return stable_lag({k: c.collapsed_frac for k in self.lags if (c := self.get(loss, k, mult)) is not None})
+    def stable(self, method: Method, mult: float) -> int | None:
+        """The stable lag of ``method`` at ``mult`` over the lags that finished."""
+        return stable_lag({k: c.collapsed_frac for k in self.lags if (c := self.get(method, k, mult)) is not None})
 
-    def sat_pairs(self) -> list[tuple[str, str]]:
+    def sat_pairs(self) -> list[tuple[Method, Method]]:
         """(SAT method, its base) for every SAT method whose base ran."""
-        out = []
-        for s in self.losses:
-            m = parse_method(s)
-            if m.is_sat and m.base().key in self.losses:
-                out.append((s, m.base().key))
-        return out
+        return [(m, m.base()) for m in self.methods if m.is_sat and m.base() in self.methods]
 
 
 def _stable_text(stable: int | None, lags: list[int]) -> str:
@@ -142,9 +135,9 @@ def _stable_text(stable: int | None, lags: list[int]) -> str:
 def stable_table(grid: Grid) -> list[str]:
     """Markdown: per method and lr multiple, the largest lag with no collapsed seed (at it and every smaller lag)."""
     lines = ["| method | " + " | ".join(f"lr x {m:g}" for m in grid.mults) + " |", "|---|" + "---|" * len(grid.mults)]
-    for loss in grid.losses:
+    for meth in grid.methods:
         lines.append(
-            f"| {label(loss)} | " + " | ".join(_stable_text(grid.stable(loss, m), grid.lags) for m in grid.mults) + " |"
+            f"| {meth.label} | " + " | ".join(_stable_text(grid.stable(meth, m), grid.lags) for m in grid.mults) + " |"
         )
     return lines
 
@@ -156,12 +149,12 @@ def _grid_head(title: str, lags: list[int]) -> list[str]:
 def collapse_grid(grid: Grid) -> list[str]:
     """Markdown: per method, lr multiple (rows) x lag (columns): collapsed seeds / seeds and mean final change."""
     lines = []
-    for loss in grid.losses:
-        lines += _grid_head(f"**{label(loss)}** (collapsed seeds / seeds, mean final - warm start)", grid.lags)
+    for meth in grid.methods:
+        lines += _grid_head(f"**{meth.label}** (collapsed seeds / seeds, mean final - warm start)", grid.lags)
         for m in grid.mults:
             cells = []
             for k in grid.lags:
-                c = grid.get(loss, k, m)
+                c = grid.get(meth, k, m)
                 cells.append("—" if c is None else f"{len(c.reasons)}/{len(c.runs)}, {c.gain.mean:+.3f}")
             lines.append(f"| x {m:g} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -174,7 +167,7 @@ def sat_verdicts(grid: Grid, tol_floor: float = TOL_FLOOR) -> tuple[list[str], d
     lines, tally = [], {w: 0 for w in WORDS}
     for s, b in grid.sat_pairs():
         lines += _grid_head(
-            f"**{label(s)} - {label(b)}** (final reward paired by seed; collapsed seeds SAT / base)", grid.lags
+            f"**{s.label} - {b.label}** (final reward paired by seed; collapsed seeds SAT / base)", grid.lags
         )
         for m in grid.mults:
             cells = []
@@ -201,7 +194,7 @@ def _moves(grid: Grid) -> list[str]:
             ss, sb = grid.stable(s, m), grid.stable(b, m)
             rel = "same" if ss == sb else "further" if order[ss] > order[sb] else "less far"
             parts.append(f"lr x {m:g}: {_stable_text(ss, grid.lags)} vs {_stable_text(sb, grid.lags)} ({rel})")
-        out.append(f"- {label(s)} against {label(b)}: " + "; ".join(parts) + ".")
+        out.append(f"- {s.label} against {b.label}: " + "; ".join(parts) + ".")
     return out
 
 
@@ -219,7 +212,7 @@ def summary_lines(grid: Grid, plan: Plan, reward_name: str) -> list[str]:
     ]
     lines += stable_table(grid) + [""]
     top = grid.mults[-1]
-    c = grid.get("vanilla", grid.lags[0], top)
+    c = grid.get(Method("vanilla"), grid.lags[0], top)
     if c is not None:
         lines.append(
             f"At the top pressure (lr x {top:g}) GRPO collapses at lag {grid.lags[0]} in {len(c.reasons)} "
@@ -246,16 +239,16 @@ def plot_heatmaps(grid: Grid, out: Path) -> Path:
     reward change (final - warm start)."""
     import matplotlib.pyplot as plt
 
-    n = len(grid.losses)
+    n = len(grid.methods)
     cols = min(n, 3)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols + 1.0, 2.6 * rows + 0.6), squeeze=False)
     im = None
-    for ax, loss in zip(axes.flat, grid.losses):
+    for ax, meth in zip(axes.flat, grid.methods):
         frac = np.full((len(grid.mults), len(grid.lags)), np.nan)
         for i, m in enumerate(grid.mults):
             for j, k in enumerate(grid.lags):
-                c = grid.get(loss, k, m)
+                c = grid.get(meth, k, m)
                 if c is None:
                     continue
                 frac[i, j] = c.collapsed_frac
@@ -273,7 +266,7 @@ def plot_heatmaps(grid: Grid, out: Path) -> Path:
         ax.set_yticks(range(len(grid.mults)), [f"x{m:g}" for m in grid.mults])
         ax.set_xlabel("lag", fontsize=8)
         ax.set_ylabel("lr multiple", fontsize=8)
-        ax.set_title(label(loss), fontsize=9)
+        ax.set_title(meth.label, fontsize=9)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     if im is not None:
@@ -302,18 +295,18 @@ def plot_curves(grid: Grid, out: Path, reward_name: str) -> Path:
     for i, m in enumerate(reversed(grid.mults)):
         for j, k in enumerate(grid.lags):
             ax = axes[i][j]
-            for loss in grid.losses:
-                c = grid.get(loss, k, m)
+            for meth in grid.methods:
+                c = grid.get(meth, k, m)
                 if c is None:
                     continue
                 steps = [s for s, _ in c.runs[0].evals]
                 ax.plot(
                     steps,
                     np.mean([[v for _, v in r.evals] for r in c.runs], axis=0),
-                    color=method_color(loss),
-                    ls=method_style(loss),
+                    color=method_color(meth),
+                    ls=method_style(meth),
                     lw=1.2,
-                    label=label(loss),
+                    label=meth.label,
                 )
             ax.set_title(f"lr x {m:g}, lag {k}", fontsize=8)
             ax.grid(alpha=0.3)
@@ -333,14 +326,14 @@ def write(out: Path, plan: Plan, results: list[RunResult], header: list[str], re
     grid = Grid(plan, results)
     rows = [
         c.row()
-        for c in (grid.get(loss, k, m) for loss in grid.losses for m in grid.mults for k in grid.lags)
+        for c in (grid.get(meth, k, m) for meth in grid.methods for m in grid.mults for k in grid.lags)
         if c is not None
     ]
     with (out / "frontier.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for row in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+            w.writerow(csv_row(row))
     body = summary_lines(grid, plan, reward_name) if rows else ["No run finished."]
     (out / "frontier.md").write_text(
         "\n".join(stable_table(grid) + [""] + collapse_grid(grid) + sat_verdicts(grid)[0]) + "\n"

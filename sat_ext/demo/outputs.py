@@ -132,7 +132,7 @@ def write_manifest(out: Path, plan: Plan, sweep: SweepRun, args: dict[str, Any],
         "task": plan.task,
         "backend": plan.backend,
         "engine": plan.engine.kind,
-        "losses": plan.losses,
+        "losses": [m.key for m in plan.methods],
         "lags": list(plan.lags),
         "lr_mults": list(plan.lr_mults),
         "seeds": plan.seeds,
@@ -160,13 +160,13 @@ def write_outputs(out: Path, plan: Plan, sweep: SweepRun, args: dict[str, Any]) 
         files = frontier.write(out, plan, results, header, task.reward_name)
         files += write_runs(out, results, gzip_history=True)
     else:
-        rows = tables.table_rows(results, plan.losses, list(plan.lags))
+        rows = tables.table_rows(results, plan.methods, list(plan.lags))
         tables.write_tables(rows, out)
         files = ["results.csv", "results.md", "summary.md"]
         if results:
             lags = list(plan.lags)
             pngs = [
-                plots.plot_reward_curves(results, plan.losses, lags, out, task.reward_name),
+                plots.plot_reward_curves(results, plan.methods, lags, out, task.reward_name),
                 plots.plot_final_vs_lag(rows, out, results),
                 plots.plot_sat_diagnostics(results, lags, out),
                 plots.plot_lag_histogram(results, lags, out),

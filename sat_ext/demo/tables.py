@@ -16,7 +16,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .methods import label, parse_method
+from .methods import Method
 from .spec import RunResult
 from .stats import COLLAPSE, collapse_reason
 
@@ -70,18 +70,18 @@ def tail_mean(r: RunResult, key: str, frac: float = 0.25) -> float:
     return float(np.mean(tail)) if tail else float("nan")
 
 
-def group_runs(results: Iterable[RunResult]) -> dict[tuple[str, int], list[RunResult]]:
-    """The finished runs by (method key, lag)."""
-    groups: dict[tuple[str, int], list[RunResult]] = defaultdict(list)
+def group_runs(results: Iterable[RunResult]) -> dict[tuple[Method, int], list[RunResult]]:
+    """The finished runs by (method, lag)."""
+    groups: dict[tuple[Method, int], list[RunResult]] = defaultdict(list)
     for r in results:
         if r.error is None:
-            groups[(r.spec.loss, r.spec.lag)].append(r)
+            groups[(r.spec.method, r.spec.lag)].append(r)
     return groups
 
 
-def finals_by_seed(results: Iterable[RunResult], loss: str, lag: int) -> dict[int, float]:
-    """{seed: final reward} of the finished runs of (loss, lag): the input of a paired comparison."""
-    return {r.spec.seed: r.final for r in results if (r.spec.loss, r.spec.lag) == (loss, lag) and r.error is None}
+def finals_by_seed(results: Iterable[RunResult], method: Method, lag: int) -> dict[int, float]:
+    """{seed: final reward} of the finished runs of (method, lag): the input of a paired comparison."""
+    return {r.spec.seed: r.final for r in results if (r.spec.method, r.spec.lag) == (method, lag) and r.error is None}
 
 
 def collapsed(r: RunResult) -> str | None:
@@ -89,13 +89,14 @@ def collapsed(r: RunResult) -> str | None:
     return collapse_reason(r.evals, r.totals.get("nonfinite_steps", 0.0), COLLAPSE)
 
 
-def table_rows(results: list[RunResult], losses: list[str], lags: list[int]) -> list[dict]:
-    """One row per (loss, lag) in the given order, with the seed mean and spread."""
+def table_rows(results: list[RunResult], methods: Iterable[Method], lags: list[int]) -> list[dict]:
+    """One row per (method, lag) in the given order, with the seed mean and spread; a row's ``method`` is the
+    :class:`~sat_ext.demo.methods.Method` (written as the ``loss`` and ``label`` columns)."""
     groups = group_runs(results)
     rows = []
-    for loss in losses:
+    for method in methods:
         for lag in lags:
-            runs = groups.get((loss, lag), [])
+            runs = groups.get((method, lag), [])
             if not runs:
                 continue
             finals, bests = [r.final for r in runs], [r.best for r in runs]
@@ -103,11 +104,10 @@ def table_rows(results: list[RunResult], losses: list[str], lags: list[int]) -> 
             lag_max = max(max(r.lag_counts) for r in runs if r.lag_counts)
             n_lag = sum(sum(r.lag_counts.values()) for r in runs)
             lag_mean = sum(k * v for r in runs for k, v in r.lag_counts.items()) / max(n_lag, 1)
-            sat = parse_method(loss).is_sat
+            sat = method.is_sat
             rows.append(
                 {
-                    "loss": loss,
-                    "label": label(loss),
+                    "method": method,
                     "mode": runs[0].spec.asynchrony.mode,
                     "lag": lag,
                     "seeds": len(runs),
@@ -153,6 +153,12 @@ def fmt(x: float, digits: int = 3) -> str:
     return "nan" if not math.isfinite(x) else f"{x:.{digits}f}"
 
 
+def csv_row(row: dict) -> dict:
+    """``row`` as a CSV line: its method as the ``loss`` key and ``label``, floats to 6 significant digits."""
+    method = {"loss": row["method"].key, "label": row["method"].label}
+    return method | {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items() if k != "method"}
+
+
 def write_tables(rows: list[dict], out: Path) -> tuple[Path, Path]:
     """``results.csv`` (every field of every row) and ``results.md`` (the final-reward grid and a detail table)."""
     csv_path, md_path = out / "results.csv", out / "results.md"
@@ -160,10 +166,10 @@ def write_tables(rows: list[dict], out: Path) -> tuple[Path, Path]:
         w = csv.DictWriter(f, fieldnames=TABLE_FIELDS)
         w.writeheader()
         for row in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+            w.writerow(csv_row(row))
     lags = sorted({r["lag"] for r in rows})
-    losses = list(dict.fromkeys(r["loss"] for r in rows))
-    by = {(r["loss"], r["lag"]): r for r in rows}
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    by = {(r["method"], r["lag"]): r for r in rows}
     seeds = max((r["seeds"] for r in rows), default=0)
     mode = rows[0]["mode"] if rows else "interval"
     lag_name = "interval k" if mode == "interval" else "max_lag L"
@@ -176,12 +182,12 @@ def write_tables(rows: list[dict], out: Path) -> tuple[Path, Path]:
     ]
     lines.append("| loss | " + " | ".join(f"lag {k}" for k in lags) + " |")
     lines.append("|---|" + "---|" * len(lags))
-    for loss in losses:
+    for m in methods:
         cells = []
         for k in lags:
-            r = by.get((loss, k))
+            r = by.get((m, k))
             cells.append("—" if r is None else f"{fmt(r['final_mean'])} ± {fmt(r['final_std'])}")
-        lines.append(f"| {label(loss)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {m.label} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "Per loss and lag: final and best reward (mean ± std over seeds), consumed lag in trainer steps "
@@ -195,14 +201,13 @@ def write_tables(rows: list[dict], out: Path) -> tuple[Path, Path]:
     )
     lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        sat = parse_method(r["loss"]).is_sat
         lines.append(
-            f"| {r['label']} | {r['lag']} | {r['seeds']} | {fmt(r['final_mean'])} ± {fmt(r['final_std'])} | "
+            f"| {r['method'].label} | {r['lag']} | {r['seeds']} | {fmt(r['final_mean'])} ± {fmt(r['final_std'])} | "
             f"{fmt(r['best_mean'])} ± {fmt(r['best_std'])} | {r['lag_steps_mean']:.1f} / {r['lag_steps_max']:.0f} | "
             f"{fmt(r['abs_log_ratio_mean'])} / {fmt(r['abs_log_ratio_p99'])} | {fmt(r['clipfrac'])} | "
             + (
                 f"{fmt(r['sat_gate_rate'])} | {r['sat_radius_low']:.3g} / {r['sat_radius_high']:.3g}"
-                if sat
+                if r["method"].is_sat
                 else "— | —"
             )
             + f" | {r['dropped']:.0f} | {r['collapsed']} |"

@@ -6,10 +6,12 @@ import pytest
 
 from sat_ext.demo import frontier
 from sat_ext.demo.cli import build_parser
+from sat_ext.demo.methods import Method
 from sat_ext.demo.plan import PlanError, build_plan
 from sat_ext.demo.spec import RunResult
 
 LAGS, MULTS, SEEDS = (1, 4, 16), (1.0, 4.0), (0, 1, 2)
+GRPO, SAT = Method("vanilla"), Method("sat")
 
 
 def _plan(**over) -> "frontier.Plan":
@@ -70,10 +72,10 @@ def test_the_plan_crosses_methods_lags_lr_multiples_and_seeds():
 
 def test_cells_collapse_fractions_and_stable_lags(grid):
     plan, g = grid
-    assert g.get("vanilla", 16, 1.0).collapsed_frac == pytest.approx(1 / 3)
-    assert g.get("vanilla", 4, 4.0).reasons == ["reward collapse"] * 3
-    assert g.stable("vanilla", 1.0) == 4 and g.stable("vanilla", 4.0) == 1
-    assert g.stable("sat", 1.0) == 16 and g.stable("sat", 4.0) == 4
+    assert g.get(GRPO, 16, 1.0).collapsed_frac == pytest.approx(1 / 3)
+    assert g.get(GRPO, 4, 4.0).reasons == ["reward collapse"] * 3
+    assert g.stable(GRPO, 1.0) == 4 and g.stable(GRPO, 4.0) == 1
+    assert g.stable(SAT, 1.0) == 16 and g.stable(SAT, 4.0) == 4
     table = "\n".join(frontier.stable_table(g))
     assert "| GRPO | 4 | 1 |" in table and "| SAT-GRPO | ≥ 16 | 4 |" in table
     moves = "\n".join(frontier._moves(g))
@@ -95,7 +97,7 @@ def test_a_non_finite_loss_collapses_a_cell(grid):
     plan, _g = grid
     results = [_result(s, 0.45, nonfinite=1.0 if s.seed == 2 else 0.0) for s in plan.specs]
     g = frontier.Grid(plan, results)
-    assert g.get("sat", 1, 1.0).reasons == ["non-finite loss"] and g.stable("sat", 1.0) is None
+    assert g.get(SAT, 1, 1.0).reasons == ["non-finite loss"] and g.stable(SAT, 1.0) is None
     assert "none (collapses at lag 1)" in "\n".join(frontier.stable_table(g))
 
 
@@ -124,7 +126,7 @@ def test_frontier_preset_reaches_lag_64_with_three_seeds():
     plan = build_plan(args, "emulated")
     assert min(plan.lags) == 1 and max(plan.lags) >= 64 and plan.seeds >= 3 and len(plan.lr_mults) >= 2
     assert plan.steps >= max(plan.lags)  # the rollout copy is synced at least once at the largest lag
-    keys = set(plan.losses)
+    keys = {m.key for m in plan.methods}
     assert {"vanilla", "gspo", "sat", "sat_gspo"} <= keys and keys & {"vanilla+tis", "dppo_tv", "dppo_tv+toy"}
 
 
