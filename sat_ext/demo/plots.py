@@ -1,5 +1,6 @@
-"""The demo's plots (PNG, matplotlib): reward curves, final reward against lag, SAT's diagnostics, the consumed
-lags. Curves are means over seeds; every input is a list of :class:`~sat_ext.demo.spec.RunResult`."""
+"""The demo's plots (PNG, matplotlib): a lag sweep's reward curves, final reward against lag, SAT's diagnostics and
+consumed lags, from lists of :class:`~sat_ext.demo.spec.RunResult`; a frontier's heatmaps and reward curves per
+cell, from its :class:`~sat_ext.demo.tables.Grid`. Curves are means over seeds."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 from .methods import Method
 from .spec import RunResult
 from .stats import paired
-from .tables import finals_by_seed, group_runs
+from .tables import Grid, finals_by_seed, group_runs
 
 BASE_COLORS = {"vanilla": "#1f77b4", "gspo": "#ff7f0e", "dppo_tv": "#2ca02c", "sat": "#d62728", "sat_gspo": "#9467bd"}
 
@@ -263,5 +264,89 @@ def plot_lag_histogram(results: list[RunResult], lags: list[int], out: Path) -> 
     fig.tight_layout()
     path = out / "lag_histogram.png"
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_heatmaps(grid: Grid, out: Path) -> Path:
+    """One panel per method: lag (x) by lr multiple (y), colour = fraction of seeds collapsed, text = mean final
+    reward change (final - warm start)."""
+    import matplotlib.pyplot as plt
+
+    n = len(grid.methods)
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols + 1.0, 2.6 * rows + 0.6), squeeze=False)
+    im = None
+    for ax, meth in zip(axes.flat, grid.methods):
+        frac = np.full((len(grid.mults), len(grid.lags)), np.nan)
+        for i, m in enumerate(grid.mults):
+            for j, k in enumerate(grid.lags):
+                c = grid.get(meth, k, m)
+                if c is None:
+                    continue
+                frac[i, j] = c.collapsed_frac
+                ax.text(
+                    j,
+                    i,
+                    f"{c.gain.mean:+.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if c.collapsed_frac > 0.5 else "black",
+                )
+        im = ax.imshow(frac, origin="lower", cmap="Reds", vmin=0, vmax=1, aspect="auto")
+        ax.set_xticks(range(len(grid.lags)), [str(k) for k in grid.lags])
+        ax.set_yticks(range(len(grid.mults)), [f"x{m:g}" for m in grid.mults])
+        ax.set_xlabel("lag", fontsize=8)
+        ax.set_ylabel("lr multiple", fontsize=8)
+        ax.set_title(meth.label, fontsize=9)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    if im is not None:
+        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="fraction of seeds collapsed")
+    fig.suptitle("Stability frontier: colour = seeds collapsed, text = mean final reward - warm start", fontsize=10)
+    path = out / "heatmaps.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_frontier_curves(grid: Grid, out: Path, reward_name: str) -> Path:
+    """Mean evaluation reward over training per cell: lr multiple (rows) x lag (columns), one line per method."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        len(grid.mults),
+        len(grid.lags),
+        figsize=(2.8 * len(grid.lags), 2.2 * len(grid.mults)),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+    )
+    for i, m in enumerate(reversed(grid.mults)):
+        for j, k in enumerate(grid.lags):
+            ax = axes[i][j]
+            for meth in grid.methods:
+                c = grid.get(meth, k, m)
+                if c is None:
+                    continue
+                steps = [s for s, _ in c.runs[0].evals]
+                ax.plot(
+                    steps,
+                    np.mean([[v for _, v in r.evals] for r in c.runs], axis=0),
+                    color=method_color(meth),
+                    ls=method_style(meth),
+                    lw=1.2,
+                    label=meth.label,
+                )
+            ax.set_title(f"lr x {m:g}, lag {k}", fontsize=8)
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=6)
+    fig.supxlabel("trainer step", fontsize=9)
+    fig.supylabel(f"eval reward ({reward_name})", fontsize=9)
+    fig.tight_layout()
+    path = out / "frontier_curves.png"
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

@@ -4,7 +4,8 @@
 Sections: the calibration against the paper (:mod:`sat_ext.demo.paper`), whether reward rises at the
 smallest lag, where each method first gets clearly worse as lag grows (and which seeds collapsed), SAT
 against its base and the best baseline at each lag (WIN / tie / LOSS), whether SAT's gate engages, and the
-staleness consumed.
+staleness consumed. A frontier's (:func:`frontier_summary`): the stable lag of each method per lr multiple,
+whether SAT moves it against its base, the paired verdicts and the collapse grid.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import numpy as np
 
 from .methods import Method
 from .paper import paper_lines
-from .spec import RunResult
+from .spec import Evaluation, RunResult
 from .stats import ABOVE, BELOW, COLLAPSE, TOL_FLOOR, WORDS, Diff, mean_se, paired, verdict
-from .tables import finals_by_seed, group_runs, hmean
+from .tables import Grid, collapse_grid, finals_by_seed, group_runs, hmean, sat_verdicts, stable_table, stable_text
 
 
 @dataclass
@@ -209,4 +210,56 @@ def summarize(
         part = section(sw)
         if part:
             lines += [""] + part
+    return "\n".join(lines) + "\n"
+
+
+def _frontier_moves(grid: Grid) -> list[str]:
+    """Per SAT method and lr multiple: its stable lag against its base's."""
+    out = []
+    for s, b in grid.sat_pairs():
+        parts, order = [], {None: -1, **{k: i for i, k in enumerate(grid.lags)}}
+        for m in grid.mults:
+            ss, sb = grid.stable(s, m), grid.stable(b, m)
+            rel = "same" if ss == sb else "further" if order[ss] > order[sb] else "less far"
+            parts.append(f"lr x {m:g}: {stable_text(ss, grid.lags)} vs {stable_text(sb, grid.lags)} ({rel})")
+        out.append(f"- {s.label} against {b.label}: " + "; ".join(parts) + ".")
+    return out
+
+
+def frontier_summary(grid: Grid, header: list[str], evaluation: Evaluation, reward_name: str) -> str:
+    """A frontier's ``summary.md``: ``header``, the rules, the stable lags, whether SAT moves them, the paired
+    verdicts and the collapse grid."""
+    if not grid.cells:
+        return "\n".join(header + ["No run finished."]) + "\n"
+    lines = header + [
+        f"Reward = {reward_name} of the trainer's own policy on {evaluation.size} held-out problems, "
+        f"every {evaluation.every} steps; final = mean of the last 3 evaluations. Collapsed (defined in "
+        f"docs/demo.md before this sweep ran): {COLLAPSE.describe()}. Stable lag = the largest lag with no "
+        f"collapsed seed at it or any smaller lag. Verdicts: SAT - its base, paired by seed, a WIN / LOSS only "
+        f"beyond max({TOL_FLOOR}, 2 standard errors).",
+        "",
+        "## Stable lag",
+        "",
+    ]
+    lines += stable_table(grid) + [""]
+    top = grid.mults[-1]
+    c = grid.get(Method("vanilla"), grid.lags[0], top)
+    if c is not None:
+        lines.append(
+            f"At the top pressure (lr x {top:g}) GRPO collapses at lag {grid.lags[0]} in {len(c.reasons)} "
+            f"of {len(c.runs)} seeds"
+            + (
+                ": the axis reaches where plain GRPO fails."
+                if c.reasons
+                else ": the axis does not reach where plain GRPO fails at lag 1."
+            )
+        )
+        lines.append("")
+    lines += ["## Does SAT move the frontier?", ""] + _frontier_moves(grid) + [""]
+    verdict_lines, tally = sat_verdicts(grid)
+    lines.append(
+        f"Paired verdicts, SAT - its base over every cell: {tally['above']} WIN, {tally['tie']} tie, "
+        f"{tally['below']} LOSS."
+    )
+    lines += ["", "## Paired verdicts", ""] + verdict_lines + ["## Collapse grid", ""] + collapse_grid(grid)
     return "\n".join(lines) + "\n"
