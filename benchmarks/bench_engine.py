@@ -32,7 +32,7 @@ def measure(kind: str, numerics: str, repeats: int) -> dict:
     from sat_ext.demo.engines import Mismatch, engine_for
     from sat_ext.demo.model import build_policy, token_log_probs
     from sat_ext.demo.routing import capture_routing
-    from sat_ext.demo.task import AdditionTask, response_mask
+    from sat_ext.demo.tasks.addition import AdditionTask, response_mask
 
     task = AdditionTask()
     prompts = task.prompt_ids(task.sample(8, torch.Generator().manual_seed(0))).repeat_interleave(8, 0)

@@ -19,8 +19,8 @@ from itertools import product
 
 import torch
 
-from sat_ext.demo.prog import INPUTS
-from sat_ext.demo.program_task import CONDITIONS, PROBES, Arm, ProgramProblem, ProgramTask
+from sat_ext.demo.tasks.prog import INPUTS
+from sat_ext.demo.tasks.program import CONDITIONS, PROBES, Arm, ProgramProblem, ProgramTask
 from sat_ext.demo.warm import eval_problems
 
 

@@ -77,7 +77,3 @@ def parse_method(text: str) -> Method:
     if unknown or len(set(flags)) != len(flags):
         raise ValueError(f"method {text!r}: expected <loss>[+toy][+tis][+r3], got suffixes {flags}")
     return Method(loss, tis="tis" in flags, r3="r3" in flags, toy="toy" in flags)
-
-
-def label(key: str) -> str:
-    return parse_method(key).label

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .routing import replay_routing
-from .task import VOCAB, CharVocab, response_mask
+from .tasks.addition import VOCAB, CharVocab, response_mask
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 :func:`write_outputs` writes a lag sweep's files (``results.csv``/``.md``, ``summary.md``, the PNGs,
 ``runs.csv``, ``history.jsonl``, ``manifest.json``); a frontier (``--frontier``, or more than one learning-rate
-multiple) gets :mod:`sat_ext.demo.frontier`'s files instead of the lag sweep's tables and plots.
+multiple) gets the frontier's instead: ``frontier.csv`` / ``.md``, ``heatmaps.png``, ``frontier_curves.png``.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def write_manifest(out: Path, plan: Plan, sweep: SweepRun, args: dict[str, Any],
         "task": plan.task,
         "backend": plan.backend,
         "engine": plan.engine.kind,
-        "losses": plan.losses,
+        "losses": [m.key for m in plan.methods],
         "lags": list(plan.lags),
         "lr_mults": list(plan.lr_mults),
         "seeds": plan.seeds,
@@ -150,23 +150,29 @@ def write_manifest(out: Path, plan: Plan, sweep: SweepRun, args: dict[str, Any],
 
 def write_outputs(out: Path, plan: Plan, sweep: SweepRun, args: dict[str, Any]) -> None:
     """Every file of the sweep in ``out``."""
-    from . import frontier, plots, summary, tables
+    from . import plots, summary, tables
 
     out.mkdir(parents=True, exist_ok=True)
     results, header = sweep.results, header_lines(plan, sweep)
     task = make_task(plan.task, plan.warm[0].max_operand)
     eval_size = plan.specs[0].evaluation.size
     if plan.is_frontier:
-        files = frontier.write(out, plan, results, header, task.reward_name)
+        grid = tables.Grid(plan, results)
+        files = tables.write_frontier(grid, out) + ["summary.md"]
+        if grid.cells:
+            files += [plots.plot_heatmaps(grid, out).name, plots.plot_frontier_curves(grid, out, task.reward_name).name]
+        (out / "summary.md").write_text(
+            summary.frontier_summary(grid, header, plan.specs[0].evaluation, task.reward_name)
+        )
         files += write_runs(out, results, gzip_history=True)
     else:
-        rows = tables.table_rows(results, plan.losses, list(plan.lags))
+        rows = tables.table_rows(results, plan.methods, list(plan.lags))
         tables.write_tables(rows, out)
         files = ["results.csv", "results.md", "summary.md"]
         if results:
             lags = list(plan.lags)
             pngs = [
-                plots.plot_reward_curves(results, plan.losses, lags, out, task.reward_name),
+                plots.plot_reward_curves(results, plan.methods, lags, out, task.reward_name),
                 plots.plot_final_vs_lag(rows, out, results),
                 plots.plot_sat_diagnostics(results, lags, out),
                 plots.plot_lag_histogram(results, lags, out),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .methods import label
+from .methods import Method
 
 # Paper Table 1: (AIME24 best, lag 1), (AIME24 best, lag 8), (d_pi lag 1), (d_pi lag 8).
 PAPER_TABLE1: dict[str, tuple[float, float, float, float]] = {
@@ -26,20 +26,21 @@ PAPER_TABLE1: dict[str, tuple[float, float, float, float]] = {
 # Paper Table 8: variance of the sampled log-ratio for GRPO, trainer-side (checkpoint) denominator and the
 # rollout-log-prob denominator (App. E.6), at lag 1 and lag 8.
 PAPER_LOGRATIO_VAR = {"checkpoint": (2.6e-4, 1.4e-4), "rollout": (3.2e-4, 2.7e-4)}
+GRPO = Method("vanilla")
 
 
-def _cell(by: dict, key: str, lag: int, field: str, fmt: str) -> str:
-    r = by.get((key, lag))
+def _cell(by: dict, method: Method, lag: int, field: str, fmt: str) -> str:
+    r = by.get((method, lag))
     return "—" if r is None or not math.isfinite(r[field]) else format(r[field], fmt)
 
 
 def paper_lines(rows: list[dict], denominator: str) -> list[str]:
     """The paper's figures beside the demo's: the calibration (Table 1's d_pi and Table 8's log-ratio variance
     at lag 1 and 8) and Table 1's AIME24 column beside the demo's final reward, for every method that ran."""
-    by = {(r["loss"], r["lag"]): r for r in rows}
-    keys = [k for k in dict.fromkeys(r["loss"] for r in rows) if k in PAPER_TABLE1]
+    by = {(r["method"], r["lag"]): r for r in rows}
+    methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m.key in PAPER_TABLE1]
     lags = sorted({r["lag"] for r in rows})
-    if not keys or not {1, 8} & set(lags):
+    if not methods or not {1, 8} & set(lags):
         return []
     var_l1, var_l8 = PAPER_LOGRATIO_VAR[denominator]
     lines = [
@@ -51,22 +52,22 @@ def paper_lines(rows: list[dict], denominator: str) -> list[str]:
         "paper AIME24 lag 1 / 8 | demo final reward lag 1 / 8 |",
         "|---|---|---|---|---|---|---|",
     ]
-    for k in keys:
-        p = PAPER_TABLE1[k]
+    for m in methods:
+        p = PAPER_TABLE1[m.key]
         lines.append(
-            f"| {label(k)} | {p[2]:.4f} | {_cell(by, k, 1, 'd_pi_tail', '.4f')} | {p[3]:.4f} | "
-            f"{_cell(by, k, 8, 'd_pi_tail', '.4f')} | {p[0]:.2f} / {p[1]:.2f} | "
-            f"{_cell(by, k, 1, 'final_mean', '.3f')} / {_cell(by, k, 8, 'final_mean', '.3f')} |"
+            f"| {m.label} | {p[2]:.4f} | {_cell(by, m, 1, 'd_pi_tail', '.4f')} | {p[3]:.4f} | "
+            f"{_cell(by, m, 8, 'd_pi_tail', '.4f')} | {p[0]:.2f} / {p[1]:.2f} | "
+            f"{_cell(by, m, 1, 'final_mean', '.3f')} / {_cell(by, m, 8, 'final_mean', '.3f')} |"
         )
-    if "vanilla" in keys:
+    if GRPO in methods:
         lines.append(
-            f"| GRPO log-ratio variance (Table 8) | {var_l1:.1e} | {_cell(by, 'vanilla', 1, 'log_ratio_var', '.1e')}"
-            f" | {var_l8:.1e} | {_cell(by, 'vanilla', 8, 'log_ratio_var', '.1e')} | | |"
+            f"| GRPO log-ratio variance (Table 8) | {var_l1:.1e} | {_cell(by, GRPO, 1, 'log_ratio_var', '.1e')}"
+            f" | {var_l8:.1e} | {_cell(by, GRPO, 8, 'log_ratio_var', '.1e')} | | |"
         )
         lines.append(
             f"| GRPO engine mismatch at equal weights, mean abs(log pi^(l) - log mu) | — | "
-            f"{_cell(by, 'vanilla', 1, 'engine_mismatch', '.4f')} | — | "
-            f"{_cell(by, 'vanilla', 8, 'engine_mismatch', '.4f')} | | |"
+            f"{_cell(by, GRPO, 1, 'engine_mismatch', '.4f')} | — | "
+            f"{_cell(by, GRPO, 8, 'engine_mismatch', '.4f')} | | |"
         )
     lines += [
         "",

@@ -96,11 +96,6 @@ class Plan:
     notes: tuple[str, ...] = field(default=())
 
     @property
-    def losses(self) -> list[str]:
-        """The method keys in plan order (what tables and plots group by)."""
-        return [m.key for m in self.methods]
-
-    @property
     def is_frontier(self) -> bool:
         """``--frontier``, or more than one learning-rate multiple: the frontier's outputs, not the lag sweep's."""
         return self.preset == "frontier" or len(self.lr_mults) > 1

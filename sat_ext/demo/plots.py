@@ -1,33 +1,31 @@
-"""The demo's plots (PNG, matplotlib): reward curves, final reward against lag, SAT's diagnostics, the consumed
-lags. Curves are means over seeds; every input is a list of :class:`~sat_ext.demo.spec.RunResult`."""
+"""The demo's plots (PNG, matplotlib): a lag sweep's reward curves, final reward against lag, SAT's diagnostics and
+consumed lags, from lists of :class:`~sat_ext.demo.spec.RunResult`; a frontier's heatmaps and reward curves per
+cell, from its :class:`~sat_ext.demo.tables.Grid`. Curves are means over seeds."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
-from .methods import label, parse_method
+from .methods import Method
 from .spec import RunResult
 from .stats import paired
-from .tables import finals_by_seed, group_runs
+from .tables import Grid, finals_by_seed, group_runs
 
 BASE_COLORS = {"vanilla": "#1f77b4", "gspo": "#ff7f0e", "dppo_tv": "#2ca02c", "sat": "#d62728", "sat_gspo": "#9467bd"}
 
 
-def method_color(key: str) -> str:
-    return BASE_COLORS.get(parse_method(key).loss, "#7f7f7f")
+def method_color(m: Method) -> str:
+    """One colour per base loss."""
+    return BASE_COLORS.get(m.loss, "#7f7f7f")
 
 
-def _is_sat(key: str) -> bool:
-    return parse_method(key).is_sat
-
-
-def method_style(key: str) -> str:
+def method_style(m: Method) -> str:
     """Solid for SAT, dashed for the fixed clips; dotted for a method with R3 or TIS."""
-    m = parse_method(key)
     return ":" if (m.r3 or m.tis or m.toy) else "-" if m.is_sat else "--"
 
 
@@ -46,7 +44,7 @@ def _series(runs: list[RunResult], key: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def plot_reward_curves(
-    results: list[RunResult], losses: list[str], lags: list[int], out: Path, reward_name: str = "exact match"
+    results: list[RunResult], methods: Iterable[Method], lags: list[int], out: Path, reward_name: str = "exact match"
 ) -> Path:
     import matplotlib.pyplot as plt
 
@@ -54,26 +52,25 @@ def plot_reward_curves(
     fig, axes = plt.subplots(1, len(lags), figsize=(4.2 * len(lags), 3.6), sharey=True, squeeze=False)
     for ax, lag in zip(axes[0], lags):
         start = None
-        for loss in losses:
-            runs = groups.get((loss, lag), [])
+        for m in methods:
+            runs = groups.get((m, lag), [])
             if not runs:
                 continue
             steps = np.array([s for s, _ in runs[0].evals])
             ys = np.array([[v for _, v in r.evals] for r in runs])
             mean = ys.mean(0)
-            sat = _is_sat(loss)
             ax.plot(
                 steps,
                 mean,
-                color=method_color(loss),
-                label=label(loss),
-                lw=2.0 if sat else 1.4,
-                ls=method_style(loss),
-                marker="o" if sat else None,
+                color=method_color(m),
+                label=m.label,
+                lw=2.0 if m.is_sat else 1.4,
+                ls=method_style(m),
+                marker="o" if m.is_sat else None,
                 ms=2.5,
             )
             if len(runs) > 1:
-                ax.fill_between(steps, ys.min(0), ys.max(0), color=method_color(loss), alpha=0.12)
+                ax.fill_between(steps, ys.min(0), ys.max(0), color=method_color(m), alpha=0.12)
             start = mean[0]
         if start is not None:
             ax.axhline(start, color="grey", ls=":", lw=1)
@@ -96,14 +93,14 @@ def plot_reward_curves(
 def plot_final_vs_lag(rows: list[dict], out: Path, results: list[RunResult] | None = None) -> Path:
     import matplotlib.pyplot as plt
 
-    losses = list(dict.fromkeys(r["loss"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
     lags = sorted({r["lag"] for r in rows})
     with_change = bool(results) and len(lags) > 1
     fig, axes = plt.subplots(1, 2 if with_change else 1, figsize=(11 if with_change else 5.6, 3.9), squeeze=False)
     ax = axes[0][0]
-    offsets = np.linspace(-0.12, 0.12, max(len(losses), 1))
-    for off, loss in zip(offsets, losses):
-        rs = sorted((r for r in rows if r["loss"] == loss), key=lambda r: r["lag"])
+    offsets = np.linspace(-0.12, 0.12, max(len(methods), 1))
+    for off, m in zip(offsets, methods):
+        rs = sorted((r for r in rows if r["method"] == m), key=lambda r: r["lag"])
         x = np.array([lags.index(r["lag"]) for r in rs]) + off
         ax.errorbar(
             x,
@@ -111,9 +108,9 @@ def plot_final_vs_lag(rows: list[dict], out: Path, results: list[RunResult] | No
             yerr=[r["final_std"] for r in rs],
             marker="o",
             capsize=3,
-            color=method_color(loss),
-            label=label(loss),
-            ls=method_style(loss),
+            color=method_color(m),
+            label=m.label,
+            ls=method_style(m),
         )
     if rows:
         ax.axhline(float(np.mean([r["start_reward"] for r in rows])), color="grey", ls=":", lw=1, label="warm start")
@@ -125,10 +122,10 @@ def plot_final_vs_lag(rows: list[dict], out: Path, results: list[RunResult] | No
     ax.legend(fontsize=8)
     if with_change:
         ax = axes[0][1]
-        for off, loss in zip(offsets, losses):
+        for off, m in zip(offsets, methods):
             xs, ms, ses = [], [], []
             for k in lags:
-                d = paired(finals_by_seed(results, loss, k), finals_by_seed(results, loss, lags[0]))
+                d = paired(finals_by_seed(results, m, k), finals_by_seed(results, m, lags[0]))
                 if d is None:
                     continue
                 xs.append(lags.index(k) + off)
@@ -140,9 +137,9 @@ def plot_final_vs_lag(rows: list[dict], out: Path, results: list[RunResult] | No
                 yerr=ses,
                 marker="o",
                 capsize=3,
-                color=method_color(loss),
-                label=label(loss),
-                ls=method_style(loss),
+                color=method_color(m),
+                label=m.label,
+                ls=method_style(m),
             )
         ax.axhline(0.0, color="grey", lw=1)
         ax.set_xticks(range(len(lags)), [str(k) for k in lags])
@@ -161,9 +158,9 @@ def plot_sat_diagnostics(results: list[RunResult], lags: list[int], out: Path) -
     import matplotlib.pyplot as plt
 
     groups = group_runs(results)
-    keys = list(dict.fromkeys(loss for loss, _ in groups))
-    sat_losses = [loss for loss in keys if _is_sat(loss) and any(groups.get((loss, k)) for k in lags)]
-    if not sat_losses:
+    ran = list(dict.fromkeys(m for m, _ in groups))
+    sat_methods = [m for m in ran if m.is_sat and any(groups.get((m, k)) for k in lags)]
+    if not sat_methods:
         return None
     cmap = plt.get_cmap("viridis")
     panels = [
@@ -173,12 +170,12 @@ def plot_sat_diagnostics(results: list[RunResult], lags: list[int], out: Path) -
         ("actor/sat/threshold_q", "gate threshold q"),
     ]
     fig, axes = plt.subplots(
-        len(sat_losses), len(panels), figsize=(4.0 * len(panels), 3.0 * len(sat_losses)), squeeze=False
+        len(sat_methods), len(panels), figsize=(4.0 * len(panels), 3.0 * len(sat_methods)), squeeze=False
     )
-    for row, loss in zip(axes, sat_losses):
+    for row, m in zip(axes, sat_methods):
         for ax, (key, title) in zip(row, panels):
             for i, lag in enumerate(lags):
-                runs = groups.get((loss, lag), [])
+                runs = groups.get((m, lag), [])
                 if not runs:
                     continue
                 color = cmap(i / max(len(lags) - 1, 1))
@@ -191,12 +188,12 @@ def plot_sat_diagnostics(results: list[RunResult], lags: list[int], out: Path) -
                 else:
                     steps, y = _series(runs, key)
                     ax.plot(steps, _smooth(y, 9), color=color, lw=1.4, label=f"lag {lag}")
-            ax.set_title(f"{label(loss)}: {title}", fontsize=9)
+            ax.set_title(f"{m.label}: {title}", fontsize=9)
             ax.set_xlabel("trainer step", fontsize=8)
             ax.grid(alpha=0.3)
             if key == "actor/sat/threshold_q":
                 ax.set_yscale("log")
-                run0 = next((r for k in lags for r in groups.get((loss, k), [])), None)
+                run0 = next((r for k in lags for r in groups.get((m, k), [])), None)
                 if run0 is not None:
                     eps = run0.spec.setting.eps_high
                     ax.axhline(eps, color="k", ls="--", lw=1)
@@ -267,5 +264,89 @@ def plot_lag_histogram(results: list[RunResult], lags: list[int], out: Path) -> 
     fig.tight_layout()
     path = out / "lag_histogram.png"
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_heatmaps(grid: Grid, out: Path) -> Path:
+    """One panel per method: lag (x) by lr multiple (y), colour = fraction of seeds collapsed, text = mean final
+    reward change (final - warm start)."""
+    import matplotlib.pyplot as plt
+
+    n = len(grid.methods)
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols + 1.0, 2.6 * rows + 0.6), squeeze=False)
+    im = None
+    for ax, meth in zip(axes.flat, grid.methods):
+        frac = np.full((len(grid.mults), len(grid.lags)), np.nan)
+        for i, m in enumerate(grid.mults):
+            for j, k in enumerate(grid.lags):
+                c = grid.get(meth, k, m)
+                if c is None:
+                    continue
+                frac[i, j] = c.collapsed_frac
+                ax.text(
+                    j,
+                    i,
+                    f"{c.gain.mean:+.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if c.collapsed_frac > 0.5 else "black",
+                )
+        im = ax.imshow(frac, origin="lower", cmap="Reds", vmin=0, vmax=1, aspect="auto")
+        ax.set_xticks(range(len(grid.lags)), [str(k) for k in grid.lags])
+        ax.set_yticks(range(len(grid.mults)), [f"x{m:g}" for m in grid.mults])
+        ax.set_xlabel("lag", fontsize=8)
+        ax.set_ylabel("lr multiple", fontsize=8)
+        ax.set_title(meth.label, fontsize=9)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    if im is not None:
+        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="fraction of seeds collapsed")
+    fig.suptitle("Stability frontier: colour = seeds collapsed, text = mean final reward - warm start", fontsize=10)
+    path = out / "heatmaps.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_frontier_curves(grid: Grid, out: Path, reward_name: str) -> Path:
+    """Mean evaluation reward over training per cell: lr multiple (rows) x lag (columns), one line per method."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        len(grid.mults),
+        len(grid.lags),
+        figsize=(2.8 * len(grid.lags), 2.2 * len(grid.mults)),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+    )
+    for i, m in enumerate(reversed(grid.mults)):
+        for j, k in enumerate(grid.lags):
+            ax = axes[i][j]
+            for meth in grid.methods:
+                c = grid.get(meth, k, m)
+                if c is None:
+                    continue
+                steps = [s for s, _ in c.runs[0].evals]
+                ax.plot(
+                    steps,
+                    np.mean([[v for _, v in r.evals] for r in c.runs], axis=0),
+                    color=method_color(meth),
+                    ls=method_style(meth),
+                    lw=1.2,
+                    label=meth.label,
+                )
+            ax.set_title(f"lr x {m:g}, lag {k}", fontsize=8)
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=6)
+    fig.supxlabel("trainer step", fontsize=9)
+    fig.supylabel(f"eval reward ({reward_name})", fontsize=9)
+    fig.tight_layout()
+    path = out / "frontier_curves.png"
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

@@ -19,8 +19,8 @@ import torch
 from .engines import RolloutEngine
 from .model import copy_weights, frozen_copy, token_log_probs
 from .spec import RunSpec
-from .task import response_mask
 from .tasks import Task
+from .tasks.addition import response_mask
 
 
 @dataclass

@@ -4,7 +4,7 @@ import torch
 from sat_ext.demo.model import build_policy
 from sat_ext.demo.routing import routers
 from sat_ext.demo.spec import Asynchrony, EngineSpec, Evaluation, Recipe, RunSpec
-from sat_ext.demo.task import AdditionTask
+from sat_ext.demo.tasks.addition import AdditionTask
 
 _GROUPS = {"recipe": Recipe, "asynchrony": Asynchrony, "evaluation": Evaluation}
 _RENAMED = {"eval_every": ("evaluation", "every"), "eval_size": ("evaluation", "size")}

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from sat_ext.demo.code_task import CODE_VOCAB, HIDDEN_XS, CodeTask, FunctionProblem, hidden_test_reward
-from sat_ext.demo.expr import BinOp, ExprError, Limits, Num, Var, evaluate, parse, run_program
 from sat_ext.demo.tasks import make_task
+from sat_ext.demo.tasks.code import CODE_VOCAB, HIDDEN_XS, CodeTask, FunctionProblem, hidden_test_reward
+from sat_ext.demo.tasks.expr import BinOp, ExprError, Limits, Num, Var, evaluate, parse, run_program
 
 
 def ids(text: str) -> list[int]:

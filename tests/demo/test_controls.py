@@ -16,7 +16,7 @@ from sat_ext.demo.learner import BASE_Q, Learner, warmup_lr
 from sat_ext.demo.model import build_policy, token_log_probs
 from sat_ext.demo.plan import build_plan
 from sat_ext.demo.producer import Group
-from sat_ext.demo.task import AdditionTask, response_mask
+from sat_ext.demo.tasks.addition import AdditionTask, response_mask
 from sat_ext.demo.train import run
 
 from .test_recipe import _spec  # the recipe tests' small spec: 4 x 4 samples, lr 1e-3, verl

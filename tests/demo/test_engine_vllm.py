@@ -7,7 +7,7 @@ from sat_ext.demo.engines import Mismatch
 from sat_ext.demo.engines.vllm_engine import checkpoint_state, vllm_available
 from sat_ext.demo.model import build_policy, token_log_probs
 from sat_ext.demo.routing import capture_routing, routers
-from sat_ext.demo.task import AdditionTask, response_mask
+from sat_ext.demo.tasks.addition import AdditionTask, response_mask
 
 ok, why = vllm_available()
 pytestmark = pytest.mark.skipif(not ok, reason=why)

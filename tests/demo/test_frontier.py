@@ -4,15 +4,17 @@ import argparse
 
 import pytest
 
-from sat_ext.demo import frontier
+from sat_ext.demo import plots, summary, tables
 from sat_ext.demo.cli import build_parser
+from sat_ext.demo.methods import Method
 from sat_ext.demo.plan import PlanError, build_plan
 from sat_ext.demo.spec import RunResult
 
 LAGS, MULTS, SEEDS = (1, 4, 16), (1.0, 4.0), (0, 1, 2)
+GRPO, SAT = Method("vanilla"), Method("sat")
 
 
-def _plan(**over) -> "frontier.Plan":
+def _plan(**over) -> "tables.Plan":
     args = build_parser().parse_args(
         [
             "--frontier",
@@ -51,7 +53,7 @@ def _final(loss: str, lag: int, mult: float, seed: int) -> float:
 def grid():
     plan = _plan()
     results = [_result(s, _final(s.loss, s.lag, s.recipe.lr / plan.base_lr, s.seed)) for s in plan.specs]
-    return plan, frontier.Grid(plan, results)
+    return plan, tables.Grid(plan, results)
 
 
 def test_the_plan_crosses_methods_lags_lr_multiples_and_seeds():
@@ -70,19 +72,19 @@ def test_the_plan_crosses_methods_lags_lr_multiples_and_seeds():
 
 def test_cells_collapse_fractions_and_stable_lags(grid):
     plan, g = grid
-    assert g.get("vanilla", 16, 1.0).collapsed_frac == pytest.approx(1 / 3)
-    assert g.get("vanilla", 4, 4.0).reasons == ["reward collapse"] * 3
-    assert g.stable("vanilla", 1.0) == 4 and g.stable("vanilla", 4.0) == 1
-    assert g.stable("sat", 1.0) == 16 and g.stable("sat", 4.0) == 4
-    table = "\n".join(frontier.stable_table(g))
+    assert g.get(GRPO, 16, 1.0).collapsed_frac == pytest.approx(1 / 3)
+    assert g.get(GRPO, 4, 4.0).reasons == ["reward collapse"] * 3
+    assert g.stable(GRPO, 1.0) == 4 and g.stable(GRPO, 4.0) == 1
+    assert g.stable(SAT, 1.0) == 16 and g.stable(SAT, 4.0) == 4
+    table = "\n".join(tables.stable_table(g))
     assert "| GRPO | 4 | 1 |" in table and "| SAT-GRPO | ≥ 16 | 4 |" in table
-    moves = "\n".join(frontier._moves(g))
+    moves = "\n".join(summary._frontier_moves(g))
     assert "lr x 1: ≥ 16 vs 4 (further)" in moves and "lr x 4: 4 vs 1 (further)" in moves
 
 
 def test_paired_verdicts_use_the_demos_rule(grid):
     _plan_, g = grid
-    lines, tally = frontier.sat_verdicts(g)
+    lines, tally = tables.sat_verdicts(g)
     text = "\n".join(lines)
     # x1, lag 16: SAT 0.45/0.46/0.47 against GRPO 0.05/0.46/0.47: +0.133 ± 0.133 is inside 2 se: a tie.
     assert "+0.133 ± 0.133 tie (0/1)" in text
@@ -94,20 +96,24 @@ def test_paired_verdicts_use_the_demos_rule(grid):
 def test_a_non_finite_loss_collapses_a_cell(grid):
     plan, _g = grid
     results = [_result(s, 0.45, nonfinite=1.0 if s.seed == 2 else 0.0) for s in plan.specs]
-    g = frontier.Grid(plan, results)
-    assert g.get("sat", 1, 1.0).reasons == ["non-finite loss"] and g.stable("sat", 1.0) is None
-    assert "none (collapses at lag 1)" in "\n".join(frontier.stable_table(g))
+    g = tables.Grid(plan, results)
+    assert g.get(SAT, 1, 1.0).reasons == ["non-finite loss"] and g.stable(SAT, 1.0) is None
+    assert "none (collapses at lag 1)" in "\n".join(tables.stable_table(g))
 
 
 def test_the_files(tmp_path, grid):
     plan, g = grid
-    results = [r for c in g.cells.values() for r in c.runs]
-    names = frontier.write(tmp_path, plan, results, ["# header", ""], "exact match")
+    names = tables.write_frontier(g, tmp_path) + [plots.plot_heatmaps(g, tmp_path).name]
+    names.append(plots.plot_frontier_curves(g, tmp_path, "exact match").name)
+    (tmp_path / "summary.md").write_text(
+        summary.frontier_summary(g, ["# header", ""], plan.specs[0].evaluation, "exact match")
+    )
+    names.append("summary.md")
     assert set(names) == {"frontier.csv", "frontier.md", "summary.md", "heatmaps.png", "frontier_curves.png"}
     assert all((tmp_path / n).stat().st_size > 0 for n in names)
     rows = (tmp_path / "frontier.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * len(LAGS) * len(MULTS)
-    summary = (tmp_path / "summary.md").read_text()
+    text = (tmp_path / "summary.md").read_text()
     for part in (
         "## Stable lag",
         "## Does SAT move the frontier?",
@@ -115,7 +121,7 @@ def test_the_files(tmp_path, grid):
         "## Collapse grid",
         "GRPO collapses at lag 1 in 0 of 3 seeds: the axis does not reach",
     ):
-        assert part in summary, part
+        assert part in text, part
 
 
 def test_frontier_preset_reaches_lag_64_with_three_seeds():
@@ -124,7 +130,7 @@ def test_frontier_preset_reaches_lag_64_with_three_seeds():
     plan = build_plan(args, "emulated")
     assert min(plan.lags) == 1 and max(plan.lags) >= 64 and plan.seeds >= 3 and len(plan.lr_mults) >= 2
     assert plan.steps >= max(plan.lags)  # the rollout copy is synced at least once at the largest lag
-    keys = set(plan.losses)
+    keys = {m.key for m in plan.methods}
     assert {"vanilla", "gspo", "sat", "sat_gspo"} <= keys and keys & {"vanilla+tis", "dppo_tv", "dppo_tv+toy"}
 
 

@@ -3,7 +3,7 @@ import torch
 
 from sat_ext.demo.engines import EmulatedEngine, Mismatch
 from sat_ext.demo.model import build_policy, policy_inputs, token_log_probs
-from sat_ext.demo.task import response_mask
+from sat_ext.demo.tasks.addition import response_mask
 
 from ._probes import engine_log_probs, router_choices
 

@@ -11,10 +11,11 @@ import torch
 
 from sat_ext.demo import cli
 from sat_ext.demo.engines.vllm_engine import vllm_available
-from sat_ext.demo.expr import ExprError
 from sat_ext.demo.model import build_policy
-from sat_ext.demo.prog import TOKENS, Cond, Name, ProgLimits, Sum, evaluate, parse, run_program, to_python
-from sat_ext.demo.program_task import (
+from sat_ext.demo.tasks import TASKS, eval_sampler, make_task, max_positions
+from sat_ext.demo.tasks.expr import ExprError
+from sat_ext.demo.tasks.prog import TOKENS, Cond, Name, ProgLimits, Sum, evaluate, parse, run_program, to_python
+from sat_ext.demo.tasks.program import (
     CONDITIONS,
     HELD_OUT_MOD,
     N_TESTS,
@@ -26,7 +27,6 @@ from sat_ext.demo.program_task import (
     is_held_out,
     partial_credit,
 )
-from sat_ext.demo.tasks import TASKS, eval_sampler, make_task, max_positions
 from sat_ext.demo.warm import eval_problems
 
 

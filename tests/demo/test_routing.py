@@ -6,7 +6,7 @@ import torch
 from sat_ext.demo.engines import EmulatedEngine, Mismatch
 from sat_ext.demo.model import policy_inputs, token_log_probs
 from sat_ext.demo.routing import capture_routing, replay_routing, routers
-from sat_ext.demo.task import response_mask
+from sat_ext.demo.tasks.addition import response_mask
 
 from ._probes import router_choices
 

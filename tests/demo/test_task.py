@@ -1,6 +1,6 @@
 import torch
 
-from sat_ext.demo.task import VOCAB, AdditionTask, Problem, exact_match_reward, response_mask
+from sat_ext.demo.tasks.addition import VOCAB, AdditionTask, Problem, exact_match_reward, response_mask
 
 
 def ids(text: str) -> list[int]:

@@ -1,7 +1,7 @@
 """The demo's program task: write a program of tens of tokens, with a conditional and possibly a loop, from four
 input/output examples; rewarded with the fraction of hidden test cases it passes.
 
-A problem is a hidden program over three inputs x, y, z (0..9) in :mod:`sat_ext.demo.prog`, drawn from a seeded
+A problem is a hidden program over three inputs x, y, z (0..9) in :mod:`sat_ext.demo.tasks.prog`, drawn from a seeded
 generator::
 
     <arm u> if u < v else <arm v>         (u, v): one of (x, y), (x, z), (y, z)
@@ -42,13 +42,13 @@ from typing import Sequence
 
 import torch
 
+from .addition import CharVocab, answer_ids
 from .expr import ExprError
 from .prog import INPUTS, TOKENS, ProgLimits, run_program, to_python
-from .task import CharVocab, answer_ids
 
 
 class TokenVocab(CharVocab):
-    """:class:`~sat_ext.demo.task.CharVocab` over multi-character tokens: ids 0..len(tokens)-1 are the tokens,
+    """:class:`~sat_ext.demo.tasks.addition.CharVocab` over multi-character tokens: ids 0..len(tokens)-1 are the tokens,
     then ``<pad>``, ``<bos>``, ``<eos>``; :meth:`encode` takes a token sequence."""
 
     def __init__(self, tokens: Sequence[str]) -> None:

@@ -17,7 +17,7 @@ to 3 digits without a leading zero (``0`` itself is allowed). Every program this
 with the same value (:func:`to_python` writes it; the tests check the two agree), e.g.
 ``x * 3 + 7 if x < y else sum(i * 2 + 1 for i in range(z))``.
 
-The contract, each limit raising :class:`~sat_ext.demo.expr.ExprError` (the program then earns no reward):
+The contract, each limit raising :class:`~sat_ext.demo.tasks.expr.ExprError` (the program then earns no reward):
 
 - parsing: at most ``max_tokens`` tokens, ``max_nodes`` tree nodes and ``max_depth`` nested brackets /
   negations / conditionals / sums, so the recursive-descent parser's Python recursion is bounded;

@@ -13,9 +13,9 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from .code_task import CodeTask
-from .program_task import ProgramTask
-from .task import AdditionTask, CharVocab
+from .addition import AdditionTask, CharVocab
+from .code import CodeTask
+from .program import ProgramTask
 
 TASKS = ("addition", "code", "program")
 DEFAULT_POSITIONS = 32  # the policy's max_position_embeddings (and vLLM's max_model_len) unless a task needs more

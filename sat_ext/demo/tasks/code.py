@@ -2,7 +2,7 @@
 
 A problem is a hidden function f(x) = a*x + b with a in 0..9 and b in 0..49. The prompt shows f(0) and f(1),
 two digits each: ``"07,10="`` means f(0) = 7, f(1) = 10 (so every prompt is 7 tokens, as in the addition
-task). The response is a program in :mod:`sat_ext.demo.expr` ended by ``<eos>``; its reward is 1.0 if the
+task). The response is a program in :mod:`sat_ext.demo.tasks.expr` ended by ``<eos>``; its reward is 1.0 if the
 program, run by the package's interpreter, equals f on every hidden test input (x = 2, 3, 7: not the shown
 ones), else 0.0 (wrong, malformed, over a limit, or no ``<eos>``). Any correct program earns the reward
 (``3*x+7``, ``x+x+x+7``, ``7+3*x``); the warm start imitates the canonical one (``3*x+7``; ``x+7`` for a = 1,
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .addition import CharVocab, answer_ids
 from .expr import ExprError, Limits, run_program
-from .task import CharVocab, answer_ids
 
 CODE_CHARS = "0123456789x+-*(),="
 CODE_VOCAB = CharVocab(CODE_CHARS)
