@@ -413,7 +413,8 @@ def test_bounded_mode_never_trains_over_the_bound(clean_partition, over_bound):
         assert dropped == 0.0 and all(len(c.tags) == 3 * 2 for c in res.consumed)
         assert res.fifo_violations() == 0
     else:  # verl's order: what finished first; the stragglers cross the bound and are dropped, with their lengths
-        assert dropped > 0 and res.fifo_violations() > 0
+        # (whether that order also broke the dispatch order depends on the machine's timing: 0 on a loaded CI run)
+        assert dropped > 0
         assert res.metrics[-1]["lag/dropped_total"] == sum(m["lag/dropped"] for m in res.metrics)
 
 
