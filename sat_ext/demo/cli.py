@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .plan import PRESETS, PlanError, describe_preset
+from .tasks import TASKS
 
 
 def _number_list(kind: type, what: str):
@@ -66,12 +67,13 @@ OPTIONS: dict[str, tuple[tuple[Any, ...], ...]] = {
         ),
         (
             "--task",
-            ("addition", "code", "program"),
+            TASKS,
             "addition",
             "addition: two-digit sums, exact-match reward; code: a program in a small expression "
             "language from two examples, rewarded by hidden test cases; program: a program of 15-25 tokens with a "
             "conditional and a loop over inputs x, y, z from four examples, partial credit = the fraction of 8 "
-            "hidden test cases passed",
+            "hidden test cases passed; agent: sums of 2-7 digits by calculator calls over several turns, the reward "
+            "only for the final answer (run it with --mode bounded, where an episode's turns span weight versions)",
         ),
         ("--out", None, "demo_out", "output directory"),
         (

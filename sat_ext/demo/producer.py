@@ -26,7 +26,9 @@ from .tasks.addition import response_mask
 @dataclass
 class Group:
     """One prompt group as the producer hands it in: G responses, the engine's log-probs mu, the trainer-side
-    log-probs pi^(l) under the weights of the sync that generated them, and the engine's routing (R3)."""
+    log-probs pi^(l) under the weights of the sync that generated them, and the engine's routing (R3). An agent
+    group (``sat_ext.demo.agent_producer``) also carries each episode's per-turn record (``turns``) and its tool
+    counters (``tools``)."""
 
     index: int
     problem: Any
@@ -37,6 +39,8 @@ class Group:
     mask: torch.Tensor
     rewards: torch.Tensor
     routing: torch.Tensor | None = None
+    turns: list[tuple[Any, ...]] | None = None
+    tools: dict[str, float] | None = None
 
 
 @dataclass

@@ -169,6 +169,11 @@ class RunSpec:
                 f"method {self.method.key!r}: TIS weights pi^(l) / mu, the gap between the checkpoint "
                 "denominator and the engine; with denominator 'rollout' that gap is already in the ratio"
             )
+        if self.method.r3 and self.warm.task == "agent":
+            raise ValueError(
+                f"method {self.method.key!r}: routing replay (R3) is not built for the agent task, whose turns are "
+                "generated in separate engine calls"
+            )
 
     @property
     def loss(self) -> str:

@@ -25,12 +25,13 @@ from typing import Callable
 
 import torch
 
+from .agent_producer import AgentProducer, agent_metrics
 from .engines import engine_for
 from .learner import Learner
 from .model import build_policy
 from .producer import Producer
 from .spec import RunResult, RunSpec
-from .tasks import make_task, max_positions
+from .tasks import is_episodic, make_task, max_positions
 from .warm import eval_problems, evaluate, warm_start
 
 MAX_IDLE_TICKS = 10_000
@@ -64,6 +65,7 @@ def run(
 ) -> RunResult:
     """Train one run; ``progress(1)`` is called after every trainer step."""
     from sat_ext.lag import LagController
+    from sat_ext.lag.turns import TokenLagMetrics
 
     t0, c0 = time.perf_counter(), time.process_time()
     task = make_task(spec.warm.task, spec.warm.max_operand)
@@ -73,7 +75,8 @@ def run(
     policy.load_state_dict(warm_state)
     engine = engine_for(spec.engine.kind, policy, spec.engine.mismatch, spec.seed)
     ctrl = LagController(lag_config(spec))
-    producer = Producer(spec, task, engine, policy, ctrl)
+    producer = (AgentProducer if is_episodic(task) else Producer)(spec, task, engine, policy, ctrl)
+    token_lags = TokenLagMetrics(ctrl.cfg.hist_edges) if is_episodic(task) else None
     learner = Learner(spec, policy)
     evaluator = _Evaluator(spec, task)
 
@@ -99,6 +102,7 @@ def run(
             totals["nonfinite_steps"] += 1
         for s in batch:
             lag_counts[s.lag_steps] = lag_counts.get(s.lag_steps, 0) + 1
+        agent = agent_metrics(ctrl.version, [s.payload for s in batch], token_lags) if token_lags else {}
         if ctrl.complete_step():
             while not ctrl.sync_allowed():
                 now += 1
@@ -110,6 +114,7 @@ def run(
             "step": float(ctrl.steps_done),
             **step_metrics,
             **{k: v for k, v in lagm.items() if not k.startswith("lag/hist/")},
+            **agent,
         }
         if ctrl.steps_done % spec.evaluation.every == 0 or ctrl.steps_done == spec.recipe.steps:
             r = evaluator(policy)

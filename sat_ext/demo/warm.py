@@ -8,9 +8,9 @@ from typing import Any, Iterator
 
 import torch
 
-from .model import build_policy, sample, token_log_probs
+from .model import build_policy, token_log_probs
 from .spec import WarmStartSpec
-from .tasks import Task, eval_sampler, make_task, max_positions
+from .tasks import Task, eval_sampler, make_task, max_positions, respond
 
 WARM_THREADS = 1  # the warm start always runs on one torch thread: its floats (and so its stopping step) do not
 # depend on the caller's thread count
@@ -45,7 +45,7 @@ def evaluate(
     greedy: bool = False,
 ) -> float:
     """Mean reward of the trainer's own policy (float32, no mismatch), sampled at ``temperature``."""
-    responses = sample(policy, prompts, task.response_len, generator, temperature, greedy=greedy)
+    responses = respond(task, policy, prompts, problems, generator, temperature, greedy)
     return float(task.rewards(problems, responses).mean())
 
 
