@@ -83,6 +83,42 @@ def test_e3_is_judged_apart_from_e2(tmp_path):
     assert "4c636ca" in e3 and "9918233" in e3 and "| 8 | SAT-active |" in e3
 
 
+def test_e4_plan_is_the_preregistered_agent_cells():
+    pairs, lag0 = M.e4_plan()
+    argv = pairs.demo_args(M.Path("/o"), _opts())
+    assert _flag(argv, "--task") == "agent" and _flag(argv, "--mode") == "bounded" and _flag(argv, "--lags") == "1,4,8"
+    assert (
+        _flag(argv, "--methods") == "vanilla,sat" and _flag(argv, "--steps") == "300" and _flag(argv, "--seeds") == "5"
+    )
+    assert _flag(argv, "--lr-mults") == "1" and "--lr-warmup" not in argv and "--prefetch" not in argv
+    argv = lag0.demo_args(M.Path("/o"), _opts())
+    assert _flag(argv, "--mode") == "bounded" and _flag(argv, "--lags") == "0" and _flag(argv, "--seeds") == "2"
+    # interval-mode invocations keep the record E1-E3 were kept with (no "mode"), so a rerun still skips them
+    assert "mode" not in M._record(M.e3_plan()[0], _opts())["invocation"]
+    assert M._record(pairs, _opts())["invocation"]["mode"] == "bounded"
+
+
+def test_e4_is_judged_with_its_token_lags(tmp_path):
+    """The agent pairs get their own cells, verdicts and slope, and the episodes' table pools the token-lag
+    histogram and the tool counters."""
+    runs = []
+    for lag in (1, 4, 8):
+        for s in range(5):
+            agent = {"agent/turns": 3.0, "agent/format_failures": 0.2, "agent/unanswered": 0.1}
+            hist = {"lag/token_hist/0": 10.0, f"lag/token_hist/{lag}": 30.0, "lag/token_lag_spread/max": float(lag)}
+            base = [{**h, **agent, **hist} for h in _hist(300, BASE_Q, lambda _s: 0.01)]
+            sat = [{**h, **agent, **hist, "actor/sat/threshold_q": 0.01} for h in _hist(300, M.CLIP, lambda _s: 0.02)]
+            runs.append(("vanilla", lag, s, _evals(300, _flat), base))
+            runs.append(("sat", lag, s, _evals(300, lambda _s, s=s: 0.4 + 0.001 * (s % 2)), sat))
+    _write(tmp_path, "e4/pairs", M.AGENT_PAIRS, "agent", 1.0, runs)
+    v = M.judge(tmp_path)
+    assert v["E4"]["vanilla/lag4"] == {**v["E4"]["vanilla/lag4"], "class": P.ACTIVE, "verdict": P.EQUIVALENT}
+    assert v["E4"]["vanilla/slope"] is not None and "vanilla/lag4" not in v["E3"]
+    e4 = (tmp_path / "e4.md").read_text()
+    assert "6240f5c" in e4 and "9918233" in e4
+    assert "| 4 | GRPO | 5 | 0: 25%, 4: 75% | 4 | 3.00 | 0.200 | 0.100 | - |" in e4
+
+
 def _evals(steps, value):
     return [[s, value(s)] for s in range(0, steps + 1, 25)]
 
