@@ -646,6 +646,36 @@ _PAIRED_WORDS = (
 )
 
 
+def _pairs_with_slope(
+    runs: list[Run],
+    classes: dict[CellKey, P.CellClass],
+    where: tuple[str, str, str],
+    bases: tuple[str, ...],
+    data: dict,
+) -> list[str]:
+    """Per base, the pair table of ``where`` = (experiment, role, title) and the slope of SAT - base against
+    log2(lag), SAT-inert lags left out (E2's rule, also E4's); fills ``data`` for judgement.json."""
+    experiment, role, title = where
+    lines: list[str] = []
+    for b in bases:
+        table = pair_table(runs, classes, experiment, role, b)
+        if not table.rows:
+            continue
+        data.update(table.data)
+        lines += _pair_section(title, b, table)
+        sl = P.e2_slope(table.diffs, table.labels)
+        left_out = [k for k, w in table.labels.items() if w == P.INERT]
+        lines.append(
+            "Slope of SAT - base against log2(lag): "
+            + (sl.describe() if sl is not None else "not defined (fewer than two lags left)")
+            + (f"; left out as SAT-inert: lag {', '.join(map(str, left_out))}" if left_out else "")
+            + "."
+        )
+        lines.append("")
+        data[f"{b}/slope"] = dataclasses.asdict(sl) if sl is not None else None
+    return lines
+
+
 def e2_lines(runs: list[Run], classes: dict[CellKey, P.CellClass]) -> tuple[list[str], dict[str, Any]]:
     lines = _head("E2: does SAT's effect grow with lag in the paper's regime?", runs)
     data: dict[str, Any] = {}
@@ -657,22 +687,7 @@ def e2_lines(runs: list[Run], classes: dict[CellKey, P.CellClass]) -> tuple[list
     ]
     if not _by(runs, PAIRS):
         lines.append("E2 has not run.")
-    for b in BASES:
-        table = pair_table(runs, classes, "E2", PAIRS, b)
-        if not table.rows:
-            continue
-        data.update(table.data)
-        lines += _pair_section("x1", b, table)
-        sl = P.e2_slope(table.diffs, table.labels)
-        left_out = [k for k, w in table.labels.items() if w == P.INERT]
-        lines.append(
-            "Slope of SAT - base against log2(lag): "
-            + (sl.describe() if sl is not None else "not defined (fewer than two lags left)")
-            + (f"; left out as SAT-inert: lag {', '.join(map(str, left_out))}" if left_out else "")
-            + "."
-        )
-        lines.append("")
-        data[f"{b}/slope"] = dataclasses.asdict(sl) if sl is not None else None
+    lines += _pairs_with_slope(runs, classes, ("E2", PAIRS, "x1"), BASES, data)
     lines += ["## Lag-0 controls (x1, 300 steps)", ""]
     lines += _control_lines([r for r in runs if r.role == LAG0 and r.group.startswith("e2/")])
     return lines + [""], data
@@ -748,20 +763,7 @@ def e4_lines(runs: list[Run], classes: dict[CellKey, P.CellClass]) -> tuple[list
     ]
     if not _by(runs, AGENT_PAIRS):
         lines.append("E4 has not run.")
-    for b in E4_BASES:
-        table = pair_table(runs, classes, "E4", AGENT_PAIRS, b)
-        if not table.rows:
-            continue
-        data.update(table.data)
-        lines += _pair_section("agent, x1, bounded", b, table)
-        sl = P.e2_slope(table.diffs, table.labels)
-        lines += [
-            "Slope of SAT - base against log2(lag): "
-            + (sl.describe() if sl is not None else "not defined (fewer than two lags left)")
-            + ".",
-            "",
-        ]
-        data[f"{b}/slope"] = dataclasses.asdict(sl) if sl is not None else None
+    lines += _pairs_with_slope(runs, classes, ("E4", AGENT_PAIRS, "agent, x1, bounded"), E4_BASES, data)
     lines += [
         "## What the episodes and their tokens looked like (reported, not judged)",
         "",
