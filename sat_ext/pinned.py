@@ -118,11 +118,16 @@ def resolve(module: ModuleType, dotted: str, what: str, pinned: Mapping[str, str
     return owner, name, value
 
 
+PATCHED = "_sat_ext_patched"
+"""The attribute :func:`apply_patch` sets on a replacement, so that a second call leaves it as it is."""
+
+
 def apply_patch(patch: Patch, module: ModuleType, what: str, pinned: Mapping[str, str]) -> None:
-    """Replace ``patch``'s symbol in ``module`` with ``patch.make(original)``, once (the replacement is marked)."""
+    """Replace ``patch``'s symbol in ``module`` with ``patch.make(original)``, once (the replacement is marked
+    :data:`PATCHED`)."""
     owner, name, original = resolve(module, patch.attribute, what, pinned)
-    if getattr(original, "_sat_ext_cpu", False):
+    if getattr(original, PATCHED, False):
         return
     replacement = patch.make(original)
-    replacement._sat_ext_cpu = True
+    setattr(replacement, PATCHED, True)
     setattr(owner, name, replacement)

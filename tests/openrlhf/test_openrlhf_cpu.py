@@ -31,10 +31,10 @@ PROBE = textwrap.dedent(
     from openrlhf.trainer.ray import ppo_actor, vllm_engine
     from openrlhf.trainer.ppo_utils import replay_buffer
     from sat_ext.openrlhf.cpu.upstream import PATCHES, WHAT, check_symbols
-    from sat_ext.pinned import OPENRLHF_CPU_PINS, resolve
+    from sat_ext.pinned import OPENRLHF_CPU_PINS, PATCHED, resolve
     import importlib
     patched = [p.attribute for p in PATCHES if getattr(
-        resolve(importlib.import_module(p.module), p.attribute, WHAT, OPENRLHF_CPU_PINS)[2], "_sat_ext_cpu", False)]
+        resolve(importlib.import_module(p.module), p.attribute, WHAT, OPENRLHF_CPU_PINS)[2], PATCHED, False)]
     buffer = replay_buffer.NaiveReplayBuffer(4) if patched else None
     print(json.dumps({"patched": patched, "flash_attn_2": transformers.utils.is_flash_attn_2_available(),
                       "checked": check_symbols(),

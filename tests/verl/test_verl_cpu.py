@@ -22,13 +22,14 @@ PROBE = textwrap.dedent(
     import verl
     from verl.plugin.platform import get_platform
     from verl.utils import distributed
+    from sat_ext.pinned import PATCHED
     p = get_platform()
     try:
         vllm = importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
         vllm = None
     print(json.dumps({"device": p.device_name, "backend": p.communication_backend_name(), "vllm": vllm,
-                      "patched": getattr(distributed.initialize_global_process_group_ray, "_sat_ext_cpu", False),
+                      "patched": getattr(distributed.initialize_global_process_group_ray, PATCHED, False),
                       "engine_device": os.environ.get("VERL_ENGINE_DEVICE")}))
     """
 )

@@ -12,6 +12,7 @@ from verl.workers.rollout import llm_server
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
+from sat_ext.pinned import PATCHED
 from sat_ext.verl.lag import resubmit
 from sat_ext.verl.lag.resubmit import ResubmittingClient, backoff, client_class
 
@@ -67,7 +68,7 @@ def sleeps(monkeypatch):
     """The sleeps verl's loop asks for, as llm_server's asyncio (sat_ext's back-off on top of a recorder)."""
     recorder = _RecordingAsyncio()
     installed = resubmit._BackoffAsyncio(recorder)
-    installed._sat_ext_cpu = True  # marked as apply_patch marks it: not wrapped again
+    setattr(installed, PATCHED, True)  # marked as apply_patch marks it: not wrapped again
     monkeypatch.setattr(llm_server, "asyncio", installed)
     return recorder.sleeps
 
