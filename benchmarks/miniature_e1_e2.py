@@ -36,6 +36,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -730,8 +731,8 @@ def _agent_rows(runs: list[Run]) -> list[str]:
         shares = ", ".join(f"{b}: {v / total:.0%}" for b, v in hist.items() if v)
 
         def med(key: str, rs=rs) -> float:
-            vals = sorted(v for r in rs for _, v in r.series(key))
-            return vals[len(vals) // 2] if vals else math.nan
+            vals = [v for r in rs for _, v in r.series(key)]
+            return statistics.median(vals) if vals else math.nan
 
         def mean(key: str, rs=rs) -> float:
             vals = [v for r in rs for _, v in r.series(key)]

@@ -18,19 +18,25 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from sat_ext.lag import Claim, LagController, VersionSpan
+from sat_ext.lag.turns import TokenLagMetrics, Trajectory, Turn
+
+from .engines import RolloutEngine
 from .model import token_log_probs
 from .producer import Group, Producer
-from .tasks.agent import Episode, transcripts
+from .spec import RunSpec
+from .tasks.agent import TURN_LEN, AgentProblem, AgentTask, Episode, transcripts
 
 
 @dataclass
 class _LiveGroup:
-    claim: Any
-    problem: Any
+    """A claimed group whose episodes are being played: the claim, its problem, its G episodes."""
+
+    claim: Claim
+    problem: AgentProblem
     episodes: list[Episode]
 
 
@@ -53,17 +59,15 @@ def _mask(episodes: list[Episode], length: int) -> torch.Tensor:
     return out
 
 
-def group_of(index: int, problem: Any, prompt: torch.Tensor, episodes: list[Episode], length: int, pad: int) -> Group:
-    """The :class:`Group` of finished ``episodes`` (transcripts, log-probs in place, the loss mask, the terminal
-    rewards), with their per-turn records and tool counters."""
-    from sat_ext.lag import VersionSpan
-    from sat_ext.lag.turns import Turn
-
+def group_of(live: _LiveGroup, task: AgentTask) -> Group:
+    """The :class:`Group` of ``live``'s finished episodes (transcripts, log-probs in place, the loss mask, the
+    terminal rewards), with their per-turn records and tool counters."""
+    episodes, length = live.episodes, task.response_len
     return Group(
-        index,
-        problem,
-        prompt.expand(len(episodes), -1).clone(),
-        transcripts(episodes, length, pad),
+        live.claim.sample_id,
+        live.problem,
+        task.prompt_ids([live.problem]).expand(len(episodes), -1).clone(),
+        transcripts(episodes, length, task.vocab.pad),
         _layout(episodes, length, "rollout_log_prob"),
         _layout(episodes, length, "checkpoint_log_prob"),
         _mask(episodes, length),
@@ -79,33 +83,37 @@ def group_of(index: int, problem: Any, prompt: torch.Tensor, episodes: list[Epis
     )
 
 
-def agent_metrics(version: int, groups: list[Group], token_lags: Any) -> dict[str, float]:
-    """One trainer step's agent metrics: the batch's tool counters per episode (``agent/turns``, ``calls``,
-    ``format_failures``, ``unanswered``) and the per-token lag of its loss tokens, recorded into ``token_lags``
-    (a :class:`sat_ext.lag.turns.TokenLagMetrics`) at the trainer's ``version`` and flushed (``lag/token_*``)."""
-    from sat_ext.lag.turns import Trajectory
+TAG_CHECK = "lag/turn_tag_mismatch"
+"""Not reported by the demo: it checks a trajectory's own version tags, and the demo tags groups (the producer
+checks each group's tag against its claim and its turns)."""
 
+
+def agent_metrics(version: int, groups: list[Group], token_lags: TokenLagMetrics) -> dict[str, float]:
+    """One trainer step's agent metrics: the batch's tool counters per episode (``agent/turns``, ``calls``,
+    ``format_failures``, ``unanswered``) and the per-token lag of its loss tokens, recorded into ``token_lags`` at
+    the trainer's ``version`` and flushed (``lag/token_*``; not :data:`TAG_CHECK`)."""
     trajectories = [
         Trajectory(turns, int(m.sum()), None) for g in groups for turns, m in zip(g.turns, g.mask, strict=True)
     ]
     token_lags.record_batch(version, trajectories)
     n = sum(g.tools["episodes"] for g in groups)
     keys = ("turns", "calls", "format_failures", "unanswered")
-    return {f"agent/{k}": sum(g.tools[k] for g in groups) / n for k in keys} | token_lags.flush()
+    lags = {k: v for k, v in token_lags.flush().items() if k != TAG_CHECK}
+    return {f"agent/{k}": sum(g.tools[k] for g in groups) / n for k in keys} | lags
 
 
 class AgentProducer(Producer):
     """Generates admitted groups as multi-turn episodes, one turn per episode per tick (module doc)."""
 
-    def __init__(self, spec, task, engine, policy, ctrl):
+    def __init__(
+        self, spec: RunSpec, task: AgentTask, engine: RolloutEngine, policy: torch.nn.Module, ctrl: LagController
+    ):
         super().__init__(spec, task, engine, policy, ctrl)
         self.live: list[_LiveGroup] = []
 
     def tick(self, now: int) -> None:
         """Start the claimed groups' episodes, generate one turn of every episode that is ready, and submit every
         group whose episodes have all ended."""
-        from sat_ext.lag import VersionSpan
-
         G = self.spec.recipe.group_size
         claimed = False
         while (c := self.ctrl.claim()) is not None:
@@ -128,21 +136,17 @@ class AgentProducer(Producer):
             self._turn(buckets[n], now)
         for g in [g for g in self.live if all(e.done for e in g.episodes)]:
             self.live.remove(g)
-            group = group_of(
-                g.claim.sample_id,
-                g.problem,
-                self.task.prompt_ids([g.problem]),
-                g.episodes,
-                self.task.response_len,
-                self.task.vocab.pad,
-            )
+            group = group_of(g, self.task)
             versions = [t.version for e in g.episodes for t in e.turns]
-            self.ctrl.submit(g.claim, group, VersionSpan(min(versions), max(versions)), int(group.mask.sum()))
+            if min(versions) != g.claim.version:
+                raise RuntimeError(
+                    f"{self.spec.run_id}: group {g.claim.sample_id} was claimed at version {g.claim.version} but its "
+                    f"first turns came from version {min(versions)}"
+                )
+            self.ctrl.submit(g.claim, group, VersionSpan(g.claim.version, max(versions)), int(group.mask.sum()))
 
     def _turn(self, episodes: list[Episode], now: int) -> None:
         """One turn of every episode in ``episodes`` (equal context lengths) in one engine batch."""
-        from .tasks.agent import TURN_LEN
-
         temperature = self.spec.recipe.temperature
         ctx = torch.tensor([e.ids for e in episodes], dtype=torch.long)
         rollout = self.engine.generate(ctx, TURN_LEN, self.sample_gen, temperature)

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from sat_ext.lag.turns import Turn
+
 from .engines import RolloutEngine
 from .model import copy_weights, frozen_copy, token_log_probs
 from .spec import RunSpec
@@ -39,7 +41,7 @@ class Group:
     mask: torch.Tensor
     rewards: torch.Tensor
     routing: torch.Tensor | None = None
-    turns: list[tuple[Any, ...]] | None = None
+    turns: list[tuple[Turn, ...]] | None = None
     tools: dict[str, float] | None = None
 
 

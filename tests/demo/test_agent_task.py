@@ -29,7 +29,7 @@ from sat_ext.demo.tasks.agent import (
     parse_turn,
 )
 from sat_ext.demo.train import lag_config, run
-from sat_ext.lag import LagController
+from sat_ext.lag import LagController, VersionSpan
 
 from .conftest import flat_spec
 
@@ -202,7 +202,9 @@ def test_turns_span_versions_and_each_is_scored_by_the_weights_that_generated_it
             assert not g.mask[i, len(ep.response) :].any()
             versions = [t.span.oldest for t in turns]
             spans.append(max(versions) - min(versions))
-            assert s.span.oldest <= min(versions) and max(versions) <= s.span.newest <= version
+            assert min(versions) == s.span.oldest and max(versions) <= s.span.newest <= version
+        versions = [t.span.oldest for turns in g.turns for t in turns]
+        assert s.span == VersionSpan(min(versions), max(versions))  # tagged by its first and last turns
         m = g.mask
         assert torch.equal(g.rollout_log_prob[m], g.checkpoint_log_prob[m])  # no mismatch: mu is pi^(l)
     assert max(spans) >= 1  # some episode's turns came from different versions
@@ -220,6 +222,17 @@ def test_a_run_logs_per_token_lags_and_tool_counters():
         assert sum(v for k, v in h.items() if k.startswith("lag/token_hist/")) == pytest.approx(h["response_len"] * 6)
         assert 0 <= h["agent/format_failures"] <= h["agent/turns"] and 0 <= h["agent/unanswered"] <= 1
     assert max(h["lag/token_lag_spread/max"] for h in res.history) >= 1  # token lags differ inside a batch
+
+
+@pytest.mark.parametrize("over_bound", ["drop", "regenerate"])
+def test_slow_episodes_past_the_bound_are_dropped_or_regenerated_and_counted(over_bound):
+    """Bounded mode's other policies on episodes: a group whose slow tool calls push it past max lag 1 is dropped
+    or regenerated (counted), never trained on, and its tags stay consistent with its turns."""
+    warm = build_policy(seed=0, vocab=make_task("agent").vocab, max_positions=72).state_dict()
+    res = run(_spec(lag=1, steps=8, latency_mean=3.0, over_bound=over_bound), warm)
+    assert len(res.history) == 8 and max(res.lag_counts) <= 1
+    assert res.totals["dropped" if over_bound == "drop" else "regenerated"] > 0
+    assert all(h["lag/token_lag/max"] <= 1 and "lag/turn_tag_mismatch" not in h for h in res.history)
 
 
 def test_an_agent_run_is_deterministic_for_its_seed():
