@@ -68,7 +68,8 @@ E3_LAGS, E3_STEPS, E3_SEEDS, E3_LAG0_SEEDS = (8,), 300, 5, 2  # benchmarks/prere
 E3_PREREG = "`benchmarks/preregistered/miniature_program.md` (commit 4c636ca)"
 E4_LAGS, E4_STEPS, E4_SEEDS, E4_LAG0_SEEDS = (1, 4, 8), 300, 5, 2  # benchmarks/preregistered/miniature_agent.md
 E4_PREREG = "`benchmarks/preregistered/miniature_agent.md` (commit 6240f5c)"
-E4_BASES = ("vanilla",)  # GRPO against SAT-GRPO only (the pre-registration: GSPO is not run)
+E4B_LAGS = (8,)  # benchmarks/preregistered/miniature_agent_gspo.md: GSPO against SAT-GSPO at max lag 8
+E4B_PREREG = "`benchmarks/preregistered/miniature_agent_gspo.md` (commit b97ad2c)"
 ISA_CAPS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 CALIBRATION, SAT_PROBE, BASE_RUNS, LAG0, STAGE2 = "calibration", "sat_probe", "bases", "lag0", "stage2"
@@ -175,12 +176,14 @@ def e3_plan() -> list[Invocation]:
 
 
 def e4_plan() -> list[Invocation]:
-    """E4: GRPO against SAT-GRPO on the agent task, bounded max lag 1, 4, 8, 300 steps, 5 seeds; GRPO's lag-0
-    control (bounded, max lag 0)."""
-    methods = E4_BASES + tuple(SAT_OF[b] for b in E4_BASES)
+    """E4: GRPO against SAT-GRPO on the agent task, bounded max lag 1, 4, 8, 300 steps, 5 seeds, and GRPO's lag-0
+    control (bounded, max lag 0); then E4b: GSPO against SAT-GSPO at max lag 8 with GSPO's lag-0 control."""
+    grpo, gspo = ("vanilla", "sat"), ("gspo", "sat_gspo")
     return [
-        Invocation("e4/pairs", AGENT_PAIRS, "agent", 1.0, methods, E4_LAGS, E4_SEEDS, E4_STEPS, mode="bounded"),
-        Invocation("e4/lag0", LAG0, "agent", 1.0, E4_BASES, (0,), E4_LAG0_SEEDS, E4_STEPS, mode="bounded"),
+        Invocation("e4/pairs", AGENT_PAIRS, "agent", 1.0, grpo, E4_LAGS, E4_SEEDS, E4_STEPS, mode="bounded"),
+        Invocation("e4/lag0", LAG0, "agent", 1.0, grpo[:1], (0,), E4_LAG0_SEEDS, E4_STEPS, mode="bounded"),
+        Invocation("e4/gspo_pairs", AGENT_PAIRS, "agent", 1.0, gspo, E4B_LAGS, E4_SEEDS, E4_STEPS, mode="bounded"),
+        Invocation("e4/gspo_lag0", LAG0, "agent", 1.0, gspo[:1], (0,), E4_LAG0_SEEDS, E4_STEPS, mode="bounded"),
     ]
 
 
@@ -753,18 +756,19 @@ def _agent_rows(runs: list[Run]) -> list[str]:
 
 def e4_lines(runs: list[Run], classes: dict[CellKey, P.CellClass]) -> tuple[list[str], dict[str, Any]]:
     lines = _head("E4: base against SAT on the agent task", runs)
-    lines[2] += f" E4's settings: {E4_PREREG}."
+    lines[2] += f" E4's settings: {E4_PREREG}; E4b's (GSPO against SAT-GSPO): {E4B_PREREG}."
     data: dict[str, Any] = {}
     lines += [
         "Agent task (multi-turn calculator episodes, sparse terminal reward), x1, bounded mode (a sync after every "
-        f"step, an episode's turns spanning versions), max lag 1, 4, 8, 300 steps, 5 seeds. Per lag, {_PAIRED_WORDS} "
+        f"step, an episode's turns spanning versions), 300 steps, 5 seeds: GRPO / SAT-GRPO at max lag 1, 4, 8 (E4), "
+        f"GSPO / SAT-GSPO at max lag 8 (E4b). Per lag, {_PAIRED_WORDS} "
         "Then the slope of the paired difference against log2(lag) over the lags not classified SAT-inert, with its "
         "95% interval.",
         "",
     ]
     if not _by(runs, AGENT_PAIRS):
         lines.append("E4 has not run.")
-    lines += _pairs_with_slope(runs, classes, ("E4", AGENT_PAIRS, "agent, x1, bounded"), E4_BASES, data)
+    lines += _pairs_with_slope(runs, classes, ("E4", AGENT_PAIRS, "agent, x1, bounded"), BASES, data)
     lines += [
         "## What the episodes and their tokens looked like (reported, not judged)",
         "",
@@ -777,7 +781,7 @@ def e4_lines(runs: list[Run], classes: dict[CellKey, P.CellClass]) -> tuple[list
         "|---|---|---|---|---|---|---|---|---|",
         *(_agent_rows(runs) or ["| (not run yet) | | | | | | | | |"]),
         "",
-        "## Lag-0 control (agent, x1, bounded max lag 0, 300 steps)",
+        "## Lag-0 controls (agent, x1, bounded max lag 0, 300 steps)",
         "",
     ]
     lines += _control_lines([r for r in runs if r.role == LAG0 and r.group.startswith("e4/")])

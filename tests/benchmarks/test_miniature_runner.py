@@ -84,7 +84,14 @@ def test_e3_is_judged_apart_from_e2(tmp_path):
 
 
 def test_e4_plan_is_the_preregistered_agent_cells():
-    pairs, lag0 = M.e4_plan()
+    pairs, lag0, gspo_pairs, gspo_lag0 = M.e4_plan()
+    argv = gspo_pairs.demo_args(M.Path("/o"), _opts())  # E4b, miniature_agent_gspo.md
+    assert (
+        _flag(argv, "--methods") == "gspo,sat_gspo" and _flag(argv, "--lags") == "8" and _flag(argv, "--seeds") == "5"
+    )
+    assert _flag(argv, "--mode") == "bounded" and _flag(argv, "--steps") == "300" and gspo_pairs.role == M.AGENT_PAIRS
+    argv = gspo_lag0.demo_args(M.Path("/o"), _opts())
+    assert _flag(argv, "--methods") == "gspo" and _flag(argv, "--lags") == "0" and _flag(argv, "--seeds") == "2"
     argv = pairs.demo_args(M.Path("/o"), _opts())
     assert _flag(argv, "--task") == "agent" and _flag(argv, "--mode") == "bounded" and _flag(argv, "--lags") == "1,4,8"
     assert (
