@@ -75,8 +75,9 @@ def run(
     policy.load_state_dict(warm_state)
     engine = engine_for(spec.engine.kind, policy, spec.engine.mismatch, spec.seed)
     ctrl = LagController(lag_config(spec))
-    producer = (AgentProducer if is_episodic(task) else Producer)(spec, task, engine, policy, ctrl)
-    token_lags = TokenLagMetrics(ctrl.cfg.hist_edges) if is_episodic(task) else None
+    episodic = is_episodic(task)
+    producer = (AgentProducer if episodic else Producer)(spec, task, engine, policy, ctrl)
+    token_lags = TokenLagMetrics(ctrl.cfg.hist_edges) if episodic else None
     learner = Learner(spec, policy)
     evaluator = _Evaluator(spec, task)
 
@@ -102,7 +103,7 @@ def run(
             totals["nonfinite_steps"] += 1
         for s in batch:
             lag_counts[s.lag_steps] = lag_counts.get(s.lag_steps, 0) + 1
-        agent = agent_metrics(ctrl.version, [s.payload for s in batch], token_lags) if token_lags else {}
+        agent = agent_metrics(ctrl.version, [s.payload for s in batch], token_lags) if episodic else {}
         if ctrl.complete_step():
             while not ctrl.sync_allowed():
                 now += 1
